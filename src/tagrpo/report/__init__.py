@@ -1,0 +1,1 @@
+"""Reports: PNG plots and an HTML page from run directories."""

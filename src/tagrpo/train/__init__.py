@@ -1,0 +1,1 @@
+"""Training: config, rollouts, the GRPO / TA-GRPO trainer loop, checkpoints, logging."""
