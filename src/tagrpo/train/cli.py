@@ -3,24 +3,82 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import typer
 
 from tagrpo._cli_util import user_errors
-from tagrpo.errors import NotYetAvailable
+from tagrpo.errors import TagrpoError
+
+
+def progress_printer(console, total: int):
+    """A rich progress bar whose description shows reward and uniform fractions."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    prog = Progress(TextColumn("[bold]step"), MofNCompleteColumn(), BarColumn(), TextColumn("{task.description}"),
+                    TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False)
+
+    def make(task_id, start: int):
+        def cb(m: dict) -> None:
+            desc = (f"reward {m['reward/mean']:.2f}  uniform q0 {m['uniform/q0']:.2f} "
+                    f"(✓{m['uniform/q0_all_correct']:.2f} ✗{m['uniform/q0_all_wrong']:.2f})  "
+                    f"family {m['uniform/family']:.2f}  {m['time/step']:.0f}s/step")
+            prog.update(task_id, completed=m["step"], description=desc)
+        return cb
+
+    return prog, make
 
 
 @user_errors
 def train_command(
-    config: Path = typer.Option(..., "--config", help="YAML config file (see configs/)."),
+    config: Optional[Path] = typer.Option(None, "--config", help="YAML config file (see configs/)."),
     set_: list[str] = typer.Option([], "--set", help="Override a config field: key=value (repeatable)."),
+    resume: Optional[Path] = typer.Option(None, "--resume", help="Continue RUN_DIR from its last complete checkpoint."),
+    help_config: bool = typer.Option(False, "--help-config", help="List every config field with its default and meaning."),
 ) -> None:
-    raise NotYetAvailable("train", "issue 4")
+    from tagrpo.train.config import describe_fields, load_config
+
+    if help_config:
+        typer.echo(describe_fields())
+        return
+    if config is None and resume is None:
+        raise TagrpoError("give --config FILE (see configs/) or --resume RUN_DIR")
+    from accelerate import Accelerator
+    import torch
+    from rich.console import Console
+
+    acc = Accelerator(cpu=not torch.cuda.is_available())
+    if resume is not None:
+        cfg_path = config or (resume / "config.yaml")
+        cfg = load_config(cfg_path, list(set_) + [f"output_dir={resume}"], world_size=acc.num_processes)
+    else:
+        cfg = load_config(config, set_, world_size=acc.num_processes)
+    from tagrpo.train.trainer import Trainer
+
+    console = Console()
+    trainer = Trainer(cfg, resume=resume is not None, accelerator=acc, console=console)
+    trainer.setup()
+    if acc.is_main_process:
+        console.print(f"[bold]tagrpo train[/bold]: {cfg.algorithm}, N={cfg.num_neighbors}, G={cfg.samples_per_variant}, "
+                      f"{cfg.questions_per_step} questions/step, {cfg.steps} steps, model {cfg.model} -> {cfg.output_dir}"
+                      + (f" (resuming at step {trainer.start_step})" if trainer.start_step else ""))
+    prog, make = progress_printer(console, cfg.steps)
+    if acc.is_main_process:
+        with prog:
+            task = prog.add_task("", total=cfg.steps, completed=trainer.start_step)
+            trainer.train(progress=make(task, trainer.start_step))
+        console.print(f"run directory: {cfg.output_dir}")
+    else:
+        trainer.train()
 
 
 @user_errors
-def demo_command() -> None:
-    """Until the trainer lands: load the embedded model, answer three built-in questions, score them."""
-    from tagrpo.demo import run_answer_demo
+def demo_command(
+    steps: int = typer.Option(0, "--steps", help="Override the demo's number of training steps (0 = preset)."),
+    output_dir: Path = typer.Option(Path("runs/demo"), "--output-dir", help="Run directory."),
+) -> None:
+    """TA-GRPO on the embedded SmolLM2-135M-Instruct with built-in arithmetic problems, then a
+    before/after pass@k table on held-out problems."""
+    from tagrpo.demo import run_demo
 
-    run_answer_demo()
+    run_demo(output_dir=output_dir, steps=steps or None)

@@ -1,0 +1,241 @@
+"""One typed training config: a dataclass whose fields are documented, loaded from YAML with
+`--set key=value` overrides and validated at load time (unknown key, wrong type, invalid value).
+
+The algorithm switch (`algorithm`) selects GRPO, matched-budget GRPO, TA-GRPO or an ablation;
+everything else is the same code path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from tagrpo.errors import TagrpoError
+
+ALGORITHMS = ("grpo", "grpo-matched", "ta-grpo", "ta-grpo-unanchored", "ta-grpo-separate")
+AUGMENT = ("always", "on-uniform")
+SCHEDULES = ("cosine", "constant", "linear")
+AUTOCAST = ("bf16", "none")
+NEIGHBOR_SOURCES = ("auto", "column", "rules")
+
+
+def doc(text: str, default):
+    return field(default=default, metadata={"help": text})
+
+
+@dataclass
+class TrainConfig:
+    # --- run -----------------------------------------------------------------------------
+    output_dir: str = doc("Run directory (config.yaml, metrics.jsonl, tb/, checkpoints/, final/).", "runs/ta-grpo")
+    seed: int = doc("Seed for data order, sampling and initialization.", 0)
+    steps: int = doc("Number of training steps (one rollout batch + update each).", 10)
+    # --- model ---------------------------------------------------------------------------
+    model: str = doc("Policy: 'smollm2-135m-instruct' (embedded), a HF id, a local path, or 'tiny' (random, tests).", "smollm2-135m-instruct")
+    lora: bool = doc("Train LoRA adapters (peft) instead of all weights.", False)
+    lora_r: int = doc("LoRA rank.", 16)
+    lora_alpha: int = doc("LoRA alpha.", 32)
+    lora_dropout: float = doc("LoRA dropout.", 0.0)
+    lora_target_modules: str = doc("Comma-separated module names, or 'all-linear'.", "all-linear")
+    autocast: str = doc("bf16 autocast for the training forward/backward on CPU ('bf16') or fp32 ('none').", "bf16")
+    threads: int = doc("torch.set_num_threads (0 = leave torch's default).", 0)
+    # --- algorithm -----------------------------------------------------------------------
+    algorithm: str = doc(f"One of {', '.join(ALGORITHMS)}.", "ta-grpo")
+    augment: str = doc("TA-GRPO: 'always' sample neighbors; 'on-uniform' only when q0's G rewards are uniform.", "always")
+    filter_uniform: bool = doc("DAPO-style: drop uniform groups (uniform families for TA-GRPO) from the update.", False)
+    num_neighbors: int = doc("N: neighbors per question (TA-GRPO variants; grpo-matched samples (N+1)*G of q0).", 3)
+    samples_per_variant: int = doc("G: responses sampled per prompt variant.", 4)
+    questions_per_step: int = doc("Families (questions) per step, across all processes.", 4)
+    adv_scale: str = doc("Advantage scaling: 'group' (std of the group), 'batch', or 'none'.", "group")
+    adv_eps: float = doc("eps added to the std in the advantage.", 1e-6)
+    clip_low: float = doc("PPO clip epsilon below 1 (ratio >= 1 - clip_low).", 0.2)
+    clip_high: float = doc("PPO clip epsilon above 1 (clip-higher when > clip_low).", 0.2)
+    beta: float = doc("KL (k3) coefficient against the reference model; 0 disables the reference model.", 0.001)
+    agg: str = doc("Loss aggregation: token-mean, seq-mean-token-mean, seq-mean-token-sum-norm (T = max_new_tokens).", "token-mean")
+    ppo_epochs: int = doc("mu: optimizer passes over each rollout batch (old log-probs stored when > 1).", 1)
+    num_mini_batches: int = doc("Optimizer steps per PPO epoch (the batch is split into this many mini-batches).", 1)
+    # --- data ----------------------------------------------------------------------------
+    train_data: str = doc("'arith' (built-in generator) or a .jsonl/.parquet file with question/answer (and neighbors).", "arith")
+    question_field: str = doc("Question field name ('' = auto: question/problem).", "")
+    answer_field: str = doc("Answer field name ('' = auto: answer/solution).", "")
+    arith_difficulty: int = doc("Built-in generator difficulty 1..5 (number of operations).", 2)
+    arith_size: int = doc("Number of built-in training problems.", 512)
+    neighbors: str = doc("Neighbor source: 'column' (dataset's neighbors), 'rules' (rule backend), 'auto' (column if present).", "auto")
+    prompt_template: str = doc("User turn template; {question} is replaced.", "{question}\nPut your final answer within \\boxed{{}}.")
+    system_prompt: str = doc("System message ('' = none / the chat template's default).", "")
+    max_prompt_tokens: int = doc("Longer prompts are reported and skipped, never truncated.", 512)
+    # --- rollout -------------------------------------------------------------------------
+    max_new_tokens: int = doc("Response budget in tokens.", 128)
+    temperature: float = doc("Rollout sampling temperature.", 1.0)
+    top_p: float = doc("Rollout nucleus sampling.", 1.0)
+    generate_batch_size: int = doc("Max rows per generate call (families are never split across calls).", 64)
+    # --- optimization --------------------------------------------------------------------
+    lr: float = doc("AdamW peak learning rate.", 1e-6)
+    weight_decay: float = doc("AdamW weight decay.", 0.0)
+    adam_beta1: float = doc("AdamW beta1.", 0.9)
+    adam_beta2: float = doc("AdamW beta2.", 0.999)
+    schedule: str = doc("LR schedule after warm-up: cosine, linear or constant.", "cosine")
+    warmup_ratio: float = doc("Fraction of steps of linear warm-up.", 0.1)
+    max_grad_norm: float = doc("Gradient clipping norm (0 = off).", 1.0)
+    micro_batch_tokens: int = doc("Token budget per micro-batch (rows x padded length) for gradient accumulation.", 4096)
+    # --- rewards -------------------------------------------------------------------------
+    reward: str = doc("Reward callable by dotted path 'module:function' taking (completion, answer) -> float.", "tagrpo.rewards:math_reward")
+    reward_timeout: float = doc("Seconds a plug-in reward may take per completion before it scores 0.", 10.0)
+    # --- logging / checkpoints -----------------------------------------------------------
+    save_every: int = doc("Checkpoint every K steps (0 = only at the end).", 0)
+    keep_checkpoints: int = doc("Keep the last K checkpoints.", 2)
+    tensorboard: bool = doc("Write TensorBoard events to RUN_DIR/tb.", True)
+    wandb: bool = doc("Log to Weights & Biases (needs `wandb` installed).", False)
+    wandb_project: str = doc("W&B project name.", "tagrpo")
+    diversity_every: int = doc("Log diversity/mean_pairwise_distance every K steps (0 = off).", 0)
+    save_final: bool = doc("Write final/ in Hugging Face format at the end.", True)
+
+    def validate(self, world_size: int = 1) -> "TrainConfig":
+        def bad(key: str, msg: str):
+            raise TagrpoError(f"config field '{key}': {msg}")
+
+        for key, choices in (("algorithm", ALGORITHMS), ("augment", AUGMENT), ("schedule", SCHEDULES),
+                             ("autocast", AUTOCAST), ("neighbors", NEIGHBOR_SOURCES)):
+            if getattr(self, key) not in choices:
+                bad(key, f"{getattr(self, key)!r} is not valid; choose one of {', '.join(choices)}")
+        from tagrpo.core import AGGREGATIONS, SCALES
+
+        if self.agg not in AGGREGATIONS:
+            bad("agg", f"{self.agg!r} is not valid; choose one of {', '.join(AGGREGATIONS)}")
+        if self.adv_scale not in SCALES:
+            bad("adv_scale", f"{self.adv_scale!r} is not valid; choose one of {', '.join(SCALES)}")
+        for key in ("steps", "samples_per_variant", "questions_per_step", "ppo_epochs", "num_mini_batches",
+                    "max_new_tokens", "generate_batch_size", "micro_batch_tokens", "max_prompt_tokens", "keep_checkpoints"):
+            if getattr(self, key) < 1:
+                bad(key, f"must be >= 1, got {getattr(self, key)}")
+        for key in ("num_neighbors", "save_every", "diversity_every", "threads", "beta", "lr", "weight_decay", "max_grad_norm"):
+            if getattr(self, key) < 0:
+                bad(key, f"must be >= 0, got {getattr(self, key)}")
+        if not 0 <= self.warmup_ratio < 1:
+            bad("warmup_ratio", f"must be in [0, 1), got {self.warmup_ratio}")
+        if not 1 <= self.arith_difficulty <= 5:
+            bad("arith_difficulty", f"must be in 1..5, got {self.arith_difficulty}")
+        if self.temperature <= 0:
+            bad("temperature", f"rollouts sample; must be > 0, got {self.temperature}")
+        if self.algorithm in ("grpo-matched", "ta-grpo", "ta-grpo-unanchored", "ta-grpo-separate") and self.num_neighbors < 1:
+            if self.algorithm != "ta-grpo":
+                bad("num_neighbors", f"{self.algorithm} needs N >= 1 neighbors, got {self.num_neighbors}")
+        if self.augment == "on-uniform" and not self.algorithm.startswith("ta-grpo"):
+            bad("augment", f"'on-uniform' applies to TA-GRPO algorithms, not {self.algorithm!r}")
+        if self.questions_per_step % world_size:
+            bad("questions_per_step", f"{self.questions_per_step} families do not split evenly over {world_size} processes; "
+                "families are never split, so make it a multiple of the process count")
+        if self.family_size > self.generate_batch_size:
+            bad("generate_batch_size", f"{self.generate_batch_size} rows cannot hold one whole family of "
+                f"{self.family_size} ((N+1)*G); raise it to at least {self.family_size}")
+        if self.num_mini_batches > self.questions_per_step // world_size:
+            bad("num_mini_batches", f"{self.num_mini_batches} mini-batches but only {self.questions_per_step // world_size} families per process")
+        return self
+
+    @property
+    def uses_neighbors(self) -> bool:
+        return self.algorithm in ("ta-grpo", "ta-grpo-unanchored", "ta-grpo-separate") and self.num_neighbors > 0
+
+    @property
+    def family_size(self) -> int:
+        """(N+1)*G responses per family (G for plain GRPO)."""
+        if self.algorithm == "grpo":
+            return self.samples_per_variant
+        return (self.num_neighbors + 1) * self.samples_per_variant
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+
+
+def _coerce(key: str, value, where: str):
+    f = FIELDS[key]
+    typ = typing.get_type_hints(TrainConfig)[key]
+    origin = typing.get_origin(typ)
+    if origin in (typing.Union, types.UnionType):
+        typ = next(a for a in typing.get_args(typ) if a is not type(None))
+    if typ is bool:
+        if isinstance(value, bool):
+            return value
+        raise TagrpoError(f"{where}: config field '{key}' must be true or false, got {value!r}")
+    if typ is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            raise TagrpoError(f"{where}: config field '{key}' must be an integer, got {value!r}")
+        return value
+    if typ is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            if isinstance(value, str):
+                try:
+                    return float(value)
+                except ValueError:
+                    pass
+            raise TagrpoError(f"{where}: config field '{key}' must be a number, got {value!r}")
+        return float(value)
+    if typ is str:
+        if value is None:
+            return ""
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise TagrpoError(f"{where}: config field '{key}' must be a string, got {value!r}")
+        return str(value)
+    return value  # pragma: no cover
+    _ = f
+
+
+def _check_key(key: str, where: str) -> None:
+    if key not in FIELDS:
+        close = difflib.get_close_matches(key, FIELDS, n=3)
+        hint = f" Did you mean {', '.join(close)}?" if close else " Valid keys are listed by `tagrpo train --help-config`."
+        raise TagrpoError(f"{where}: unknown config key '{key}'.{hint}")
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (), world_size: int = 1) -> TrainConfig:
+    """Read YAML (flat mapping of TrainConfig fields), apply `key=value` overrides, validate."""
+    values: dict = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise TagrpoError(f"config file {p} does not exist")
+        try:
+            data = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise TagrpoError(f"{p}: not valid YAML: {e}") from None
+        if not isinstance(data, dict):
+            raise TagrpoError(f"{p}: the config must be a mapping of field: value, got {type(data).__name__}")
+        for k, v in data.items():
+            _check_key(str(k), str(p))
+            values[k] = _coerce(k, v, str(p))
+    for ov in overrides:
+        if "=" not in ov:
+            raise TagrpoError(f"--set {ov!r}: expected key=value")
+        k, raw = ov.split("=", 1)
+        k = k.strip()
+        _check_key(k, f"--set {ov}")
+        try:
+            v = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError:
+            v = raw
+        if FIELDS[k].type in ("str", str) and not isinstance(v, str):
+            v = raw
+        values[k] = _coerce(k, v, f"--set {ov}")
+    return TrainConfig(**values).validate(world_size)
+
+
+def dump_config(cfg: TrainConfig, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+
+
+def describe_fields() -> str:
+    """Every field with its default and help (for `tagrpo train --help-config`)."""
+    lines = []
+    for f in dataclasses.fields(TrainConfig):
+        lines.append(f"{f.name} (default {f.default!r}): {f.metadata.get('help', '')}")
+    return "\n".join(lines)

@@ -1,0 +1,167 @@
+"""The trainer's algorithm switch: anchoring, N=0 equivalence, parameter updates, reference model."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from tagrpo.train.trainer import Trainer
+from train_helpers import ROWS, tiny_cfg
+
+
+def _trainer(tmp_path, *ov, rows=ROWS):
+    t = Trainer(tiny_cfg(tmp_path, *ov), rows=copy.deepcopy(rows))
+    t.setup()
+    return t
+
+
+def _direct_logp(model, prompt, response):
+    ids = torch.tensor([prompt + response])  # (1, L)
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()  # (T, V)
+    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(response).unsqueeze(-1)).squeeze(-1)  # (T,)
+
+
+@pytest.mark.parametrize("algorithm", ["ta-grpo", "ta-grpo-unanchored"])
+def test_logprobs_are_anchored_on_q0(tmp_path, algorithm):
+    t = _trainer(tmp_path, f"algorithm={algorithm}")
+    before = copy.deepcopy(t.acc.unwrap_model(t.model)).eval()
+    t.train_step(0)
+    up = t.last_update
+    samples = up["samples"]
+    neighbor_rows = [i for i, s in enumerate(samples) if s.variant > 0]
+    assert neighbor_rows, "TA-GRPO must sample neighbor variants"
+    for i in neighbor_rows:
+        s = samples[i]
+        assert s.gen_prompt_ids != s.anchor_prompt_ids
+        on_q0 = _direct_logp(before, s.anchor_prompt_ids, s.response_ids)
+        on_qn = _direct_logp(before, s.gen_prompt_ids, s.response_ids)
+        used = up["logp"][i]
+        expected, other = (on_q0, on_qn) if algorithm == "ta-grpo" else (on_qn, on_q0)
+        assert up["prompts"][i] == (s.anchor_prompt_ids if algorithm == "ta-grpo" else s.gen_prompt_ids)
+        torch.testing.assert_close(used, expected, atol=1e-4, rtol=1e-4)
+        assert not torch.allclose(used, other, atol=1e-3), "log-probs should depend on the prompt"
+
+
+def test_variants_and_family_grouping(tmp_path):
+    t = _trainer(tmp_path, "algorithm=ta-grpo")
+    fams = t.families_for_step(0)
+    samples, _, _ = t.rollout(0, fams)
+    t.compute_advantages(samples)
+    # (N+1)*G per family: variants 0..N, G each, all normalized as one family
+    for f, _ in fams:
+        fs = [s for s in samples if s.family == f]
+        assert sorted(s.variant for s in fs) == [0, 0, 1, 1, 2, 2]
+        assert len({s.adv_group for s in fs}) == 1
+        assert abs(sum(s.adv for s in fs)) < 1e-4
+        assert {tuple(s.gen_prompt_ids) for s in fs} == {tuple(p) for p in fams[[x for x, _ in fams].index(f)][1]["prompts"]}
+
+
+def test_separate_ablation_normalizes_per_prompt(tmp_path):
+    t = _trainer(tmp_path, "algorithm=ta-grpo-separate")
+    samples, _, _ = t.rollout(0, t.families_for_step(0))
+    t.compute_advantages(samples)
+    groups = {}
+    for s in samples:
+        groups.setdefault(s.adv_group, []).append(s)
+    assert len(groups) == 2 * 3
+    for g in groups.values():
+        assert len({(s.family, s.variant) for s in g}) == 1
+        assert abs(sum(s.adv for s in g)) < 1e-4
+
+
+def test_grpo_matched_samples_q0_only_with_ta_budget(tmp_path):
+    t = _trainer(tmp_path, "algorithm=grpo-matched")
+    samples, _, _ = t.rollout(0, t.families_for_step(0))
+    assert len(samples) == 2 * 3 * 2
+    assert all(s.gen_prompt_ids == s.anchor_prompt_ids for s in samples)
+
+
+def test_grpo_and_ta_grpo_with_zero_neighbors_give_identical_updates(tmp_path):
+    a = _trainer(tmp_path / "a", "algorithm=grpo", "num_neighbors=0")
+    b = _trainer(tmp_path / "b", "algorithm=ta-grpo", "num_neighbors=0")
+    ma, mb = a.train_step(0), b.train_step(0)
+    assert ma["reward/mean"] == mb["reward/mean"]
+    for (na, pa), (nb, pb) in zip(a.model.named_parameters(), b.model.named_parameters()):
+        assert na == nb
+        torch.testing.assert_close(pa, pb, atol=0, rtol=0)
+
+
+def test_one_step_changes_parameters_and_not_the_reference(tmp_path):
+    t = _trainer(tmp_path, "algorithm=ta-grpo", "beta=0.1")
+    before = {n: p.detach().clone() for n, p in t.model.named_parameters()}
+    ref_before = {n: p.detach().clone() for n, p in t.ref_model.named_parameters()}
+    m = t.train_step(0)
+    assert m["adv/nonzero_frac"] > 0
+    changed = [n for n, p in t.model.named_parameters() if not torch.equal(p, before[n])]
+    assert changed, "a step with non-zero advantages must change the policy"
+    for n, p in t.ref_model.named_parameters():
+        assert torch.equal(p, ref_before[n]), f"reference parameter {n} changed"
+    assert m["loss/kl"] >= 0
+
+
+def test_lora_changes_only_adapter_weights(tmp_path):
+    t = _trainer(tmp_path, "algorithm=ta-grpo", "lora=true", "lora_r=4", "beta=0.1", "lr=0.05")
+    assert t.ref_model is None  # the reference is the base model with the adapter disabled
+    before = {n: p.detach().clone() for n, p in t.model.named_parameters()}
+    t.train_step(0)
+    t.train_step(1)  # LoRA B starts at zero: A gets gradient only from step 2 on
+    changed = {n for n, p in t.model.named_parameters() if not torch.equal(p, before[n])}
+    assert changed and all("lora_" in n for n in changed), changed
+
+
+def test_filter_uniform_drops_uniform_families(tmp_path):
+    t = _trainer(tmp_path, "algorithm=ta-grpo", "filter_uniform=true", "reward=tagrpo.rewards:math_reward")
+    m = t.train_step(0)  # a random tiny model is never right: every family is uniform
+    assert m["uniform/family"] == 1.0
+    assert m["train/rows"] == 0 and m.get("train/skipped_empty") == 1.0
+
+
+def test_on_uniform_augments_only_uniform_questions(tmp_path):
+    t = _trainer(tmp_path, "algorithm=ta-grpo", "augment=on-uniform", "reward=tagrpo.rewards:math_reward")
+    samples, _, _ = t.rollout(0, t.families_for_step(0))
+    # all q0 groups are uniform (all wrong) for a random model, so every family got its neighbors
+    assert {s.variant for s in samples} == {0, 1, 2}
+    t2 = _trainer(tmp_path / "b", "algorithm=ta-grpo", "augment=on-uniform", "samples_per_variant=4")
+    s2, _, _ = t2.rollout(0, t2.families_for_step(0))
+    for f in {s.family for s in s2}:
+        q0 = [s.reward for s in s2 if s.family == f and s.variant == 0]
+        has_nb = any(s.variant > 0 for s in s2 if s.family == f)
+        assert has_nb == (len(set(q0)) == 1)
+
+
+def test_missing_neighbors_is_a_clear_error(tmp_path):
+    from tagrpo.errors import TagrpoError
+
+    rows = [dict(r, neighbors=r["neighbors"][:1]) for r in ROWS]
+    with pytest.raises(TagrpoError, match="row 1.*num_neighbors=2.*1 neighbors"):
+        _trainer(tmp_path, "algorithm=ta-grpo", rows=rows)
+
+
+def test_long_prompt_and_missing_answer_rows_are_reported_and_skipped(tmp_path):
+    rows = copy.deepcopy(ROWS) + [{"id": 9, "question": "word " * 400, "answer": "1", "neighbors": ["a", "b"]},
+                                  {"id": 10, "question": "What?", "answer": "", "neighbors": ["a", "b"]}]
+    t = _trainer(tmp_path, "algorithm=ta-grpo", "max_prompt_tokens=128", rows=rows)
+    assert len(t.data) == len(ROWS)
+    assert any("max_prompt_tokens" in s for s in t.skipped_rows)
+    assert any("no usable answer" in s for s in t.skipped_rows)
+
+
+def test_nonfinite_loss_skips_the_update(tmp_path, monkeypatch):
+    t = _trainer(tmp_path, "algorithm=ta-grpo")
+    before = {n: p.detach().clone() for n, p in t.model.named_parameters()}
+    import tagrpo.core as core
+
+    real = core.policy_loss
+
+    def nan_loss(*a, **k):
+        loss, m = real(*a, **k)
+        return loss * float("nan"), m
+
+    monkeypatch.setattr(core, "policy_loss", nan_loss)
+    m = t.train_step(0)
+    assert m["train/nonfinite_skips"] == 1
+    for n, p in t.model.named_parameters():
+        assert torch.equal(p, before[n])
