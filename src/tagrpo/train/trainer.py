@@ -86,15 +86,8 @@ class Trainer:
             from tagrpo.train.checkpoint import latest_checkpoint
 
             ckpt = latest_checkpoint(self.run_dir)
-        self.model, self.tokenizer = self._load_model(ckpt)
+        self.model, self.tokenizer, self.ref_model = self._load_model(ckpt)
         self.model.train()
-        self.ref_model = None
-        if cfg.beta > 0 and not cfg.lora:
-            import copy
-
-            self.ref_model = copy.deepcopy(self.model).eval()
-            for p in self.ref_model.parameters():
-                p.requires_grad_(False)
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2), weight_decay=cfg.weight_decay)
         updates = cfg.steps * cfg.ppo_epochs * cfg.num_mini_batches
@@ -146,6 +139,14 @@ class Trainer:
             model, tok = make_tiny_model(seed=cfg.seed)
         else:
             model, tok = load_policy(cfg.model)
+        ref = None
+        if cfg.beta > 0 and not cfg.lora:
+            # the reference is the initial policy, also when resuming (never the checkpoint)
+            import copy
+
+            ref = copy.deepcopy(model).eval()
+            for p in ref.parameters():
+                p.requires_grad_(False)
         if ckpt is not None and not cfg.lora:
             from transformers import AutoModelForCausalLM
 
@@ -163,7 +164,7 @@ class Trainer:
                 model = get_peft_model(model, LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                                                          target_modules=targets, task_type="CAUSAL_LM"))
         model.config.use_cache = False
-        return model, tok
+        return model, tok, ref
 
     def _say(self, msg: str) -> None:
         if self.acc.is_main_process:
