@@ -24,9 +24,10 @@ def _direct_logp(model, prompt, response):
     return torch.log_softmax(logits, -1).gather(-1, torch.tensor(response).unsqueeze(-1)).squeeze(-1)  # (T,)
 
 
+@pytest.mark.parametrize("shared", ["true", "false"])
 @pytest.mark.parametrize("algorithm", ["ta-grpo", "ta-grpo-unanchored"])
-def test_logprobs_are_anchored_on_q0(tmp_path, algorithm):
-    t = _trainer(tmp_path, f"algorithm={algorithm}")
+def test_logprobs_are_anchored_on_q0(tmp_path, algorithm, shared):
+    t = _trainer(tmp_path, f"algorithm={algorithm}", f"shared_prefix={shared}")
     before = copy.deepcopy(t.acc.unwrap_model(t.model)).eval()
     t.train_step(0)
     up = t.last_update
@@ -165,3 +166,34 @@ def test_nonfinite_loss_skips_the_update(tmp_path, monkeypatch):
     assert m["train/nonfinite_skips"] == 1
     for n, p in t.model.named_parameters():
         assert torch.equal(p, before[n])
+
+
+def test_shared_prefix_matches_full_sequences_in_value_and_gradient(tmp_path):
+    t = _trainer(tmp_path, "algorithm=ta-grpo")
+    prompt = t.data[0]["prompts"][0]
+    responses = [[5, 6, 7, 8], [9, 10], [11, 12, 13, 14, 15, 16], [3]]
+    model = t.model
+    grads = []
+    vals = []
+    for shared in (True, False):
+        model.zero_grad()
+        if shared:
+            logp, mask, _ = t._forward_logprobs_shared(model, prompt, responses)
+        else:
+            logp, mask, _ = t._forward_logprobs(model, [prompt] * len(responses), responses)
+        (logp * mask).sum().backward()
+        vals.append((logp * mask).detach())
+        grads.append({n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None})
+    torch.testing.assert_close(vals[0], vals[1], atol=1e-5, rtol=1e-4)
+    assert grads[0].keys() == grads[1].keys()
+    for n in grads[0]:
+        torch.testing.assert_close(grads[0][n], grads[1][n], atol=1e-5, rtol=1e-3)
+
+
+def test_shared_prefix_on_and_off_give_the_same_update(tmp_path):
+    a = _trainer(tmp_path / "a", "algorithm=ta-grpo", "shared_prefix=true")
+    b = _trainer(tmp_path / "b", "algorithm=ta-grpo", "shared_prefix=false")
+    a.train_step(0)
+    b.train_step(0)
+    for (_, pa), (_, pb) in zip(a.model.named_parameters(), b.model.named_parameters()):
+        torch.testing.assert_close(pa, pb, atol=1e-5, rtol=1e-4)

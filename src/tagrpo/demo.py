@@ -1,39 +1,120 @@
-"""The embedded-default demo: SmolLM2-135M-Instruct answers three built-in questions, each scored
-with `math_reward`. Offline, CPU, about a minute (the first run also converts the GGUF once)."""
+"""`tagrpo demo`: the main job on the embedded default, offline on CPU.
+
+TA-GRPO on SmolLM2-135M-Instruct with built-in arithmetic word problems and rule neighbors:
+a before/after pass@k on held-out generated problems around a few training steps, with a
+progress bar showing reward and uniform-reward fractions. Sized for < 15 minutes on 2 cores.
+"""
 
 from __future__ import annotations
 
-DEMO_QUESTIONS = [
-    ("What is 7 + 5? Put the final answer in \\boxed{}.", "12"),
-    ("Sam has 3 bags with 4 apples in each bag. How many apples does Sam have? Put the final answer in \\boxed{}.", "12"),
-    ("A book costs $8 and a pen costs $2. How much do 2 books and 1 pen cost? Put the final answer in \\boxed{}.", "18"),
-]
+import json
+import time
+from importlib import resources
+from pathlib import Path
+
+HELDOUT_SEED = 10_007  # held-out problems: a seed the training set never uses
+HELDOUT_QUESTIONS = 24
+HELDOUT_SAMPLES = 4
+HELDOUT_KS = (1, 2, 4)
 
 
-def run_answer_demo(model_name: str = "smollm2-135m-instruct", max_new_tokens: int = 128) -> list[dict]:
+def preset_path(name: str) -> Path:
+    """Path of a YAML preset shipped in the package (`tagrpo/configs/<name>.yaml`)."""
+    p = Path(str(resources.files("tagrpo") / "configs" / f"{name}.yaml"))
+    if not p.is_file():
+        raise FileNotFoundError(f"no preset {name!r}; presets: {', '.join(sorted(q.stem for q in p.parent.glob('*.yaml')))}")
+    return p
+
+
+def quick_pass_at_k(model, tokenizer, rows, *, n: int, ks, temperature: float, max_new_tokens: int, template: str, seed: int) -> dict:
+    """pass@k over rows with the training rollout engine and reward (same prompts, same seed)."""
+    from tagrpo.eval import pass_at_k
+    from tagrpo.rewards import math_reward
+    from tagrpo.rollout import HFGenerateEngine, SamplingParams, build_prompt_ids
+
+    engine = HFGenerateEngine(model, tokenizer, max_batch_size=64)
+    prompts = [build_prompt_ids(tokenizer, r["question"], template) for r in rows for _ in range(n)]
+    comps = engine.generate(prompts, SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed))
+    correct = [0] * len(rows)
+    samples = []
+    for j, c in enumerate(comps):
+        r = math_reward(c.text, rows[j // n]["answer"])
+        correct[j // n] += int(r)
+        samples.append({"question": rows[j // n]["question"], "completion": c.text, "reward": r})
+    return {
+        "n": n, "questions": len(rows),
+        "pass@k": {str(k): sum(pass_at_k(n, c, k) for c in correct) / len(rows) for k in ks},
+        "samples": samples,
+    }
+
+
+def run_demo(output_dir: Path = Path("runs/demo"), steps: int | None = None) -> dict:
     import torch
     from rich.console import Console
     from rich.table import Table
 
-    from tagrpo.models import load_policy
-    from tagrpo.rewards import extract_final_answer, math_reward
+    from tagrpo.data.arith import generate_problems
+    from tagrpo.train.cli import progress_printer
+    from tagrpo.train.config import load_config
+    from tagrpo.train.trainer import Trainer
 
     console = Console()
-    console.print(f"[bold]tagrpo demo[/bold]: loading {model_name} (offline, CPU) ...")
-    model, tok = load_policy(model_name)
-    torch.manual_seed(0)
-    prompts = [tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False) for q, _ in DEMO_QUESTIONS]
-    enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-    with torch.no_grad():
-        out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tok.pad_token_id)
-    rows = []
-    table = Table(title="SmolLM2-135M-Instruct, greedy")
-    for col in ("question", "answer (tail)", "extracted", "gold", "reward"):
-        table.add_column(col, overflow="fold")
-    for (q, gold), seq in zip(DEMO_QUESTIONS, out):
-        text = tok.decode(seq[enc["input_ids"].shape[1]:], skip_special_tokens=True)
-        r = math_reward(text, gold)
-        rows.append({"question": q, "completion": text, "gold": gold, "reward": r})
-        table.add_row(q, text.strip()[-160:], str(extract_final_answer(text)), gold, f"{r:.0f}")
+    overrides = [f"output_dir={output_dir}"] + ([f"steps={steps}"] if steps else [])
+    cfg = load_config(preset_path("demo"), overrides)
+    console.print(
+        f"[bold]tagrpo demo[/bold]: TA-GRPO (N={cfg.num_neighbors} rule neighbors, G={cfg.samples_per_variant}) on the embedded "
+        f"SmolLM2-135M-Instruct, {cfg.steps} steps x {cfg.questions_per_step} arithmetic questions, then pass@k on "
+        f"{HELDOUT_QUESTIONS} held-out problems before/after.\n"
+        "Offline, CPU only; it takes about 10 minutes on 2 cores (under 15). Run directory: " + str(output_dir)
+    )
+    t_start = time.perf_counter()
+    trainer = Trainer(cfg, console=console)
+    trainer.setup()
+    heldout = generate_problems(HELDOUT_QUESTIONS, cfg.arith_difficulty, seed=HELDOUT_SEED, id_prefix="heldout")
+    policy = trainer.acc.unwrap_model(trainer.model)
+    ev = dict(n=HELDOUT_SAMPLES, ks=HELDOUT_KS, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens,
+              template=cfg.prompt_template, seed=HELDOUT_SEED)
+    console.print("evaluating the base model ...")
+    before = quick_pass_at_k(policy, trainer.tokenizer, heldout, **ev)
+    prog, make = progress_printer(console, cfg.steps)
+    with prog:
+        task = prog.add_task("", total=cfg.steps)
+        last = trainer.train(progress=make(task, 0))
+    console.print("evaluating the trained model ...")
+    after = quick_pass_at_k(policy, trainer.tokenizer, heldout, **ev)
+    out = Path(cfg.output_dir)
+    (out / "eval_before.json").write_text(json.dumps({"model": "base", "arith-heldout": before}, indent=1))
+    (out / "eval_after.json").write_text(json.dumps({"model": "ta-grpo", "arith-heldout": after}, indent=1))
+
+    table = Table(title=f"held-out arithmetic (difficulty {cfg.arith_difficulty}), {HELDOUT_QUESTIONS} questions x {HELDOUT_SAMPLES} samples, T={cfg.temperature}")
+    for col in ("metric", "base", f"after {cfg.steps} TA-GRPO steps", "change"):
+        table.add_column(col, justify="right")
+    for k in HELDOUT_KS:
+        b, a = before["pass@k"][str(k)], after["pass@k"][str(k)]
+        table.add_row(f"pass@{k}", f"{b:.3f}", f"{a:.3f}", f"{a - b:+.3f}")
     console.print(table)
-    return rows
+    m = last or {}
+    if m:
+        console.print(f"last step: reward {m['reward/mean']:.2f}, uniform q0 {m['uniform/q0']:.2f}, uniform family "
+                      f"{m['uniform/family']:.2f}, {m['time/step']:.0f} s/step")
+    console.print(f"done in {time.perf_counter() - t_start:.0f} s. Run directory: {out}  (metrics.jsonl, final/, eval_*.json)")
+    console.print(f"Note: {cfg.steps} steps on CPU move pass@k by noise-sized amounts; see benchmarks/ for the study.")
+    _ = torch
+    return {"before": before, "after": after, "last": m}
+
+
+def run_answer_demo(model_name: str = "smollm2-135m-instruct", max_new_tokens: int = 128) -> list[dict]:
+    """Smoke check: the embedded model answers three built-in questions, scored with math_reward."""
+    import torch
+
+    from tagrpo.models import load_policy
+    from tagrpo.rewards import math_reward
+    from tagrpo.rollout import HFGenerateEngine, SamplingParams, build_prompt_ids
+
+    model, tok = load_policy(model_name)
+    qs = [("What is 7 + 5?", "12"), ("Sam has 3 bags with 4 apples in each bag. How many apples does Sam have?", "12"),
+          ("A book costs $8 and a pen costs $2. How much do 2 books and 1 pen cost?", "18")]
+    engine = HFGenerateEngine(model, tok)
+    comps = engine.generate([build_prompt_ids(tok, q) for q, _ in qs], SamplingParams(do_sample=False, max_new_tokens=max_new_tokens))
+    _ = torch
+    return [{"question": q, "completion": c.text, "gold": a, "reward": math_reward(c.text, a)} for (q, a), c in zip(qs, comps)]

@@ -82,6 +82,8 @@ class TrainConfig:
     schedule: str = doc("LR schedule after warm-up: cosine, linear or constant.", "cosine")
     warmup_ratio: float = doc("Fraction of steps of linear warm-up.", 0.1)
     max_grad_norm: float = doc("Gradient clipping norm (0 = off).", 1.0)
+    shared_prefix: bool = doc("Run each shared prompt (the anchor q0 of a family) once per micro-batch and reuse its KV "
+                              "cache for all its responses, gradients included (1 process only).", True)
     micro_batch_tokens: int = doc("Token budget per micro-batch (rows x padded length) for gradient accumulation.", 4096)
     # --- rewards -------------------------------------------------------------------------
     reward: str = doc("Reward callable by dotted path 'module:function' taking (completion, answer) -> float.", "tagrpo.rewards:math_reward")

@@ -71,6 +71,9 @@ class Trainer:
         self.nonfinite_skips = 0
         self._rows_override = rows
         self.last_update: dict = {}
+        # one prompt forward per family, reused through the KV cache (DDP runs full sequences:
+        # two forwards before one backward would mark parameters ready twice)
+        self.shared_prefix = cfg.shared_prefix and self.world == 1
         self._stop = False
 
     # ------------------------------------------------------------------ set-up
@@ -361,6 +364,67 @@ class Trainer:
         ent = token_entropy(logits.detach()) if want_entropy else None  # (b, T)
         return logp, rmask, ent
 
+    def _forward_logprobs_shared(self, model, prompt, responses, want_entropy: bool = False):
+        """Log-probs of several responses to ONE prompt: the prompt is run once, its KV cache is
+        repeated over the responses, and gradients flow back through it. Same values as
+        `_forward_logprobs` on (prompt + response) rows, with the prompt's compute paid once."""
+        import torch
+
+        from tagrpo.core import selective_log_softmax, token_entropy
+
+        b = len(responses)
+        t = max(max(len(r) for r in responses), 1)
+        p = len(prompt)
+        resp = torch.full((b, t), self.tokenizer.pad_token_id, dtype=torch.long)  # (b, T)
+        rmask = torch.zeros((b, t), dtype=torch.float32)  # (b, T)
+        for i, r in enumerate(responses):
+            resp[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+            rmask[i, : len(r)] = 1.0
+        att = torch.cat([torch.ones((b, p), dtype=torch.long), rmask.long()], dim=1)  # (b, P+T)
+        pos = torch.arange(p, p + t).unsqueeze(0).expand(b, t)  # (b, T)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.cfg.autocast == "bf16"):
+            pre = model(input_ids=torch.tensor([prompt]), use_cache=True, logits_to_keep=1)
+            cache = pre.past_key_values
+            cache.batch_repeat_interleave(b)
+            out = model(input_ids=resp, attention_mask=att, position_ids=pos, past_key_values=cache, use_cache=True,
+                        logits_to_keep=t)
+        first = pre.logits[:, -1:].float().expand(b, 1, -1)  # (b, 1, V) predicts response token 0
+        logits = torch.cat([first, out.logits[:, :-1].float()], dim=1) / self.cfg.temperature  # (b, T, V)
+        logp = selective_log_softmax(logits, resp)  # (b, T)
+        ent = token_entropy(logits.detach()) if want_entropy else None  # (b, T)
+        return logp, rmask, ent
+
+    def _mb_logprobs(self, model, rows, mb, want_entropy: bool = False):
+        prompts = [rows[i][0] for i in mb]
+        responses = [rows[i][1] for i in mb]
+        if self.shared_prefix and all(p == prompts[0] for p in prompts):
+            return self._forward_logprobs_shared(model, prompts[0], responses, want_entropy)
+        return self._forward_logprobs(model, prompts, responses, want_entropy)
+
+    def _pack(self, rows, idx: list[int]) -> list[list[int]]:
+        """Micro-batches of row indices. With shared_prefix, each holds rows of one prompt (the
+        anchor prompt for TA-GRPO: a whole family), budgeted as P + rows * T tokens."""
+        budget = self.cfg.micro_batch_tokens
+        if not self.shared_prefix:
+            lengths = [(len(rows[i][0]), len(rows[i][1])) for i in idx]
+            return [[idx[j] for j in b] for b in pack_micro_batches(lengths, budget)]
+        by_prompt: dict[tuple, list[int]] = {}
+        for i in idx:
+            by_prompt.setdefault(tuple(rows[i][0]), []).append(i)
+        out = []
+        for prompt, members in by_prompt.items():
+            members.sort(key=lambda i: len(rows[i][1]))
+            cur: list[int] = []
+            for i in members:
+                t = len(rows[i][1])
+                if cur and len(prompt) + (len(cur) + 1) * max(t, len(rows[cur[-1]][1])) > budget:
+                    out.append(cur)
+                    cur = []
+                cur.append(i)
+            if cur:
+                out.append(cur)
+        return out
+
     def _no_grad_logprobs(self, model, rows, batches, disable_adapter: bool = False):
         import contextlib
 
@@ -370,7 +434,7 @@ class Trainer:
         ctx = self.acc.unwrap_model(self.model).disable_adapter() if disable_adapter else contextlib.nullcontext()
         with torch.no_grad(), ctx:
             for mb in batches:
-                logp, _, _ = self._forward_logprobs(model, [rows[i][0] for i in mb], [rows[i][1] for i in mb])
+                logp, _, _ = self._mb_logprobs(model, rows, mb)
                 for k, i in enumerate(mb):
                     res[i] = logp[k, : len(rows[i][1])].clone()
         return res
@@ -409,7 +473,7 @@ class Trainer:
         fam_to_mb = {f: k * n_mb // max(1, len(fam_order)) for k, f in enumerate(fam_order)}
         minis = [[i for i, s in enumerate(keep) if fam_to_mb[s.family] == m] for m in range(n_mb)]
         lengths = [(len(p), len(r)) for p, r, _ in rows]
-        packs = [[[mini[j] for j in b] for b in pack_micro_batches([lengths[i] for i in mini], cfg.micro_batch_tokens)] for mini in minis]
+        packs = [self._pack(rows, mini) for mini in minis]
         all_batches = [b for pk in packs for b in pk]
         need_old = cfg.ppo_epochs > 1 or n_mb > 1
         old = self._no_grad_logprobs(self.model, rows, all_batches) if need_old else None
@@ -433,7 +497,7 @@ class Trainer:
                     sync = b_i == len(batches) - 1
                     ctx = self.acc.no_sync(self.model) if (self.world > 1 and not sync) else _null()
                     with ctx:
-                        logp, rmask, ent = self._forward_logprobs(self.model, [rows[i][0] for i in mb], [rows[i][1] for i in mb], want_ent)
+                        logp, rmask, ent = self._mb_logprobs(self.model, rows, mb, want_ent)
                         t = logp.shape[1]
                         if epoch == 0:
                             for k, i in enumerate(mb):
