@@ -149,7 +149,8 @@ def test_two_process_data_parallel_matches_one_process(tmp_path):
     script.write_text(DDP_SCRIPT)
     # one family per generate call: rollout seeds depend on (seed, step, family) only
     sets = ["steps=2", "questions_per_step=4", f"train_data={rows}", "reward=tagrpo.rewards.toy:parity_reward",
-            "neighbors=column", "generate_batch_size=6", "save_final=false", "tensorboard=false", "beta=0.0"]
+            "neighbors=column", "generate_batch_size=6", "save_final=false", "tensorboard=false", "beta=0.0",
+            "shared_prefix=false"]
     out = {}
     for nproc in (1, 2):
         run = tmp_path / f"p{nproc}"

@@ -395,9 +395,16 @@ class Trainer:
         return logp, rmask, ent
 
     def _mb_logprobs(self, model, rows, mb, want_entropy: bool = False):
+        import torch
+
         prompts = [rows[i][0] for i in mb]
         responses = [rows[i][1] for i in mb]
-        if self.shared_prefix and all(p == prompts[0] for p in prompts):
+        t = max(len(r) for r in responses)
+        shared = self.shared_prefix and all(p == prompts[0] for p in prompts)
+        # tokens actually run through the model (padding included), for FLOP/s accounting
+        computed = len(prompts[0]) + len(mb) * t if shared else len(mb) * (max(len(p) for p in prompts) + t)
+        self.computed_tokens["fwd_bwd" if torch.is_grad_enabled() else "fwd"] += computed
+        if shared:
             return self._forward_logprobs_shared(model, prompts[0], responses, want_entropy)
         return self._forward_logprobs(model, prompts, responses, want_entropy)
 
@@ -460,6 +467,7 @@ class Trainer:
                 by_group.setdefault(s.adv_group, set()).add(s.reward)
             keep = [s for s in samples if len(by_group[s.adv_group]) > 1]
         keep = [s for s in keep if s.response_ids]
+        self.computed_tokens = {"fwd_bwd": 0, "fwd": 0}
         rows = [(training_prompt(s, cfg.algorithm), s.response_ids, s.adv) for s in keep]
         self.last_update = {"prompts": [r[0] for r in rows], "responses": [r[1] for r in rows], "samples": keep, "logp": {}}
         total_rows = self._global_sum(len(rows))
@@ -542,6 +550,8 @@ class Trainer:
         metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
         metrics["train/nonfinite_skips"] = float(self.nonfinite_skips)
         metrics["train/tokens"] = self._global_sum(sum(p + r for p, r in lengths))
+        metrics["train/computed_tokens_fwd_bwd"] = self._global_sum(self.computed_tokens["fwd_bwd"])
+        metrics["train/computed_tokens_fwd"] = self._global_sum(self.computed_tokens["fwd"])
         if "loss/kl" not in metrics:
             metrics["loss/kl"] = 0.0
         return metrics
