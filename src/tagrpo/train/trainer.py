@@ -196,6 +196,10 @@ class Trainer:
             source = cfg.train_data
             rows = read_rows(cfg.train_data, question_field=cfg.question_field or None, answer_field=cfg.answer_field or None)
         n_needed = cfg.num_neighbors if cfg.uses_neighbors else 0
+        rule_made: dict[int, list[str]] = {}
+        if n_needed:
+            want = [i for i, r in enumerate(rows) if cfg.neighbors == "rules" or (cfg.neighbors == "auto" and not r.get("neighbors"))]
+            rule_made = self._rule_neighbors([rows[i] for i in want], n_needed, want)
         out = []
         system = cfg.system_prompt or None
         for i, row in enumerate(rows):
@@ -218,7 +222,7 @@ class Trainer:
                         )
                     neighbors = [str(x) for x in have[:n_needed]]
                 else:
-                    neighbors = self._rule_neighbors(q, n_needed, i)
+                    neighbors = rule_made.get(i, [])
                     if len(neighbors) < n_needed:
                         self.skipped_rows.append(f"{where}: the rule backend found only {len(neighbors)} of {n_needed} neighbors")
                         continue
@@ -236,10 +240,15 @@ class Trainer:
             raise TagrpoError(f"no usable training rows in {source}")
         return out
 
-    def _rule_neighbors(self, question: str, n: int, row_index: int) -> list[str]:
-        from tagrpo.neighbors.rules import rule_neighbors
+    def _rule_neighbors(self, rows: list[dict], n: int, index: list[int]) -> dict[int, list[str]]:
+        """Validated rule-backend neighbors (offline, deterministic given the seed), by row index."""
+        if not rows:
+            return {}
+        from tagrpo.neighbors import BuildOptions, RuleBackend, build_neighbors
 
-        return rule_neighbors(question, n, seed=_seed_for(self.cfg.seed, row_index))
+        usable = [(i, r) for i, r in zip(index, rows) if isinstance(r.get("question"), str) and r.get("answer") is not None]
+        built, _ = build_neighbors([{**r, "id": i} for i, r in usable], RuleBackend(seed=self.cfg.seed), options=BuildOptions(n=n))
+        return {int(b["id"]): list(b.get("neighbors") or []) for b in built}
 
     def families_for_step(self, step: int) -> list[tuple[int, dict]]:
         """(global family index, row) for this process: the step's P families, this rank's share."""
