@@ -55,7 +55,7 @@ def group_advantages(
     if rewards.numel() == 0:
         return rewards.clone()
 
-    mean, std, counts, _ = group_stats(rewards, group_ids)
+    mean, std, counts, inverse = group_stats(rewards, group_ids)
     centered = rewards.to(torch.float64) - mean  # (B,)
     if scale == "group":
         adv = centered / (std + eps)
@@ -65,5 +65,12 @@ def group_advantages(
         adv = centered / (batch_std + eps)
     else:
         adv = centered
-    adv = torch.where(counts > 1, adv, torch.zeros_like(adv))  # a group of one teaches nothing
+    # A group of one teaches nothing, and a uniform group (all rewards equal) gets exactly 0:
+    # its float mean can differ from the rewards by an ulp, which / eps would leave ~1e-10..1e-7.
+    n_groups = int(inverse.max()) + 1
+    r64 = rewards.to(torch.float64)  # (B,)
+    gmax = torch.full((n_groups,), float("-inf"), dtype=torch.float64, device=r64.device).scatter_reduce(0, inverse, r64, "amax")
+    gmin = torch.full((n_groups,), float("inf"), dtype=torch.float64, device=r64.device).scatter_reduce(0, inverse, r64, "amin")
+    uniform = (gmax == gmin)[inverse]  # (B,)
+    adv = torch.where((counts > 1) & ~uniform, adv, torch.zeros_like(adv))
     return adv.to(rewards.dtype)

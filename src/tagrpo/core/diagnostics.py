@@ -26,8 +26,8 @@ def uniform_fraction(rewards: torch.Tensor, group_ids: torch.Tensor) -> dict[str
     _, inverse = torch.unique(group_ids, return_inverse=True)
     n = int(inverse.max()) + 1
     r = rewards.to(torch.float64)
-    gmax = torch.full((n,), float("-inf"), dtype=torch.float64).scatter_reduce(0, inverse, r, "amax")
-    gmin = torch.full((n,), float("inf"), dtype=torch.float64).scatter_reduce(0, inverse, r, "amin")
+    gmax = torch.full((n,), float("-inf"), dtype=torch.float64, device=r.device).scatter_reduce(0, inverse, r, "amax")
+    gmin = torch.full((n,), float("inf"), dtype=torch.float64, device=r.device).scatter_reduce(0, inverse, r, "amin")
     uniform = gmax == gmin  # (G,)
     return {
         "uniform": uniform.double().mean().item(),

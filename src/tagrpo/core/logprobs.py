@@ -20,4 +20,8 @@ def token_entropy(logits: torch.Tensor) -> torch.Tensor:
     """Entropy of the next-token distribution, (B, T, V) -> (B, T), in nats."""
     logits = logits.float()
     logp = torch.log_softmax(logits, dim=-1)  # (B, T, V)
-    return -(logp.exp() * logp).sum(-1)  # (B, T)
+    p = logp.exp()  # (B, T, V)
+    # 0 * log 0 = 0: tokens masked to -inf (top-k, banned tokens) must not turn the sum (or its
+    # gradient) into NaN
+    logp = torch.where(p > 0, logp, torch.zeros_like(logp))  # (B, T, V)
+    return -(p * logp).sum(-1)  # (B, T)

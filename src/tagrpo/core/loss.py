@@ -75,12 +75,15 @@ def policy_loss(
         raise ValueError(f"beta must be >= 0, got {beta}")
     if beta > 0 and ref_logp is None:
         raise ValueError("beta > 0 needs ref_logp (the reference model's log-probs); pass it or set beta=0")
-    m = mask.to(logp.dtype) if mask.dtype == torch.bool else mask.to(logp.dtype)
+    m = mask.to(logp.dtype)  # (B, T)
     if m.sum() <= 0:
         raise ValueError("mask has no tokens (all zeros): there is nothing to train on")
 
     adv = advantages.to(logp.dtype).unsqueeze(-1)  # (B, 1)
-    log_ratio = logp - old_logp.detach()  # (B, T)
+    # Padding holds whatever log-probs the model produced there (or a sentinel); zero the log
+    # differences outside the mask so exp() cannot overflow into inf * 0 = NaN.
+    live = m > 0  # (B, T)
+    log_ratio = torch.where(live, logp - old_logp.detach(), torch.zeros_like(logp))  # (B, T)
     ratio = torch.exp(log_ratio)  # (B, T)
     ratio_c = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)  # (B, T)
     pg_unclipped = -adv * ratio  # (B, T)
@@ -91,7 +94,7 @@ def policy_loss(
     loss = pg_loss
     metrics: dict[str, float] = {}
     if ref_logp is not None:
-        d = ref_logp.detach() - logp  # (B, T)
+        d = torch.where(live, ref_logp.detach() - logp, torch.zeros_like(logp))  # (B, T)
         kl = torch.exp(d) - d - 1.0  # (B, T) k3 estimator, >= 0
         kl_loss = aggregate(kl, m, agg)
         loss = pg_loss + beta * kl_loss

@@ -3,15 +3,23 @@ pass@k = 1 - C(n - c, k) / C(n, k), computed as a product so it stays stable for
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Probability that at least one of k samples drawn without replacement from n (c correct)
     is correct. Requires 0 <= c <= n and 1 <= k <= n."""
+    ints = []
     for name, v in (("n", n), ("c", c), ("k", k)):
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise ValueError(f"{name} must be an int, got {v!r}")
+        # any integer type (int, numpy.int64, a 0-d integer tensor), but not bool or float
+        try:
+            if isinstance(v, bool) or type(v).__name__ == "bool_":
+                raise TypeError
+            ints.append(operator.index(v))
+        except TypeError:
+            raise ValueError(f"{name} must be an int, got {v!r}") from None
+    n, c, k = ints
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     if not 0 <= c <= n:

@@ -1,4 +1,5 @@
-"""Worker process for MathVerifier: reads {"gold", "pred"} JSON lines, answers {"ok": bool}.
+"""Worker process for MathVerifier: announces {"ready": true} once math-verify is imported, then
+reads {"gold", "pred"} JSON lines and answers {"ok": bool} for each.
 Run as `python -m tagrpo.rewards._worker`; the parent enforces the hard timeout."""
 
 from __future__ import annotations
@@ -19,6 +20,14 @@ def check(gold: str, pred: str) -> bool:
 
 
 def main() -> None:
+    # Import and warm up math-verify/sympy (parsers are built lazily) before announcing
+    # readiness, so the parent's per-check timeout never has to cover that one-time cost.
+    try:
+        check("1/2", "0.5")
+    except Exception:  # noqa: BLE001 - a broken install shows up as "not equal" later
+        pass
+    sys.stdout.write(json.dumps({"ready": True}) + "\n")
+    sys.stdout.flush()
     for line in sys.stdin:
         try:
             req = json.loads(line)

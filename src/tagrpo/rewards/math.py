@@ -3,14 +3,16 @@ answer mathematically, else 0.0. Never raises; bounded in time.
 
 Plain numbers (the bulk of GSM8K) are compared exactly in-process with `fractions.Fraction`.
 Anything else goes to math-verify running in a separate worker process; the parent waits at most
-`timeout` seconds and kills the worker if it hangs (sympy can spin inside C code on inputs like
-`9^{9^{9^{9}}}`, where an in-process signal would never fire). A fresh worker starts on the
-next call.
+`timeout` seconds per check and kills the worker if it hangs (sympy can spin inside C code on
+inputs like `9^{9^{9^{9}}}`, where an in-process signal would never fire). A fresh worker starts
+on the next call; its import of math-verify is waited for separately (`startup_timeout`), so the
+per-check bound stays `timeout` even right after a kill.
 """
 
 from __future__ import annotations
 
 import json
+import numbers
 import os
 import re
 import select
@@ -76,16 +78,20 @@ class MathVerifier:
     fast-path decisions, worker checks and timeouts.
     """
 
-    def __init__(self, timeout: float = 5.0):
-        self.timeout = timeout
+    def __init__(self, timeout: float = 5.0, startup_timeout: float = 60.0):
+        self.timeout = timeout  # seconds per symbolic check, enforced by killing the worker
+        self.startup_timeout = startup_timeout  # seconds for a fresh worker to import math-verify
         self._proc: subprocess.Popen | None = None
         self._lock = threading.Lock()
         self.stats = {"fast": 0, "symbolic": 0, "timeouts": 0, "errors": 0}
 
     def __call__(self, completion: str, answer: str) -> float:
         try:
+            # a gold answer must be text or a number: str(None) == "None" would match \boxed{None}
+            if isinstance(answer, bool) or not isinstance(answer, (str, numbers.Number)):
+                return 0.0
             pred = extract_final_answer(completion)
-            if pred is None or len(pred) > MAX_ANSWER_CHARS:
+            if not pred or len(pred) > MAX_ANSWER_CHARS:
                 return 0.0
             gold = normalize_gold(answer)
             if not gold:
@@ -103,9 +109,10 @@ class MathVerifier:
             return 0.0
 
     # --- worker process -------------------------------------------------------------------
-    def _start(self) -> subprocess.Popen:
+    def _start(self) -> subprocess.Popen | None:
+        """A fresh worker that has finished importing math-verify, or None if it failed to."""
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             [sys.executable, "-m", "tagrpo.rewards._worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -114,6 +121,18 @@ class MathVerifier:
             text=True,
             bufsize=1,
         )
+        self._proc = proc
+        assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], self.startup_timeout)
+        line = proc.stdout.readline() if ready else ""
+        try:
+            ok = bool(json.loads(line).get("ready")) if line else False
+        except json.JSONDecodeError:
+            ok = False
+        if not ok:
+            self._kill()
+            return None
+        return proc
 
     def _kill(self) -> None:
         if self._proc is not None:
@@ -127,12 +146,12 @@ class MathVerifier:
     def _symbolic(self, gold: str, pred: str) -> float:
         with self._lock:
             self.stats["symbolic"] += 1
-            if self._proc is None or self._proc.poll() is not None:
-                self._proc = self._start()
-                first = True
-            else:
-                first = False
             proc = self._proc
+            if proc is None or proc.poll() is not None:
+                proc = self._start()
+                if proc is None:
+                    self.stats["errors"] += 1
+                    return 0.0
             assert proc.stdin is not None and proc.stdout is not None
             try:
                 proc.stdin.write(json.dumps({"gold": gold, "pred": pred}) + "\n")
@@ -141,9 +160,8 @@ class MathVerifier:
                 self._kill()
                 self.stats["errors"] += 1
                 return 0.0
-            # the first call also pays the worker's import of math-verify/sympy
-            wait = self.timeout + (30.0 if first else 0.0)
-            ready, _, _ = select.select([proc.stdout], [], [], wait)
+            # the worker has already imported math-verify (see _start): the bound is the check only
+            ready, _, _ = select.select([proc.stdout], [], [], self.timeout)
             if not ready:
                 self.stats["timeouts"] += 1
                 self._kill()
