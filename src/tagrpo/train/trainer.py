@@ -498,6 +498,7 @@ class Trainer:
         if cfg.beta > 0:
             ref = (self._no_grad_logprobs(self.model, rows, all_batches, disable_adapter=True) if cfg.lora
                    else self._no_grad_logprobs(self.ref_model, rows, all_batches))
+        lr_used = self.scheduler.get_last_lr()[0]  # the rate of this step's first update
         agg_metrics: dict[str, float] = {}
         weight_sum = 0.0
         grad_norms, entropies, ent_w = [], 0.0, 0.0
@@ -556,7 +557,7 @@ class Trainer:
             metrics[k] = v / max(weight_sum, 1.0)
         metrics["actor/grad_norm"] = sum(grad_norms) / len(grad_norms) if grad_norms else float("nan")
         metrics["actor/entropy"] = entropies / max(ent_w, 1.0)
-        metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
+        metrics["actor/lr"] = lr_used
         metrics["train/nonfinite_skips"] = float(self.nonfinite_skips)
         metrics["train/tokens"] = self._global_sum(sum(p + r for p, r in lengths))
         metrics["train/computed_tokens_fwd_bwd"] = self._global_sum(self.computed_tokens["fwd_bwd"])
