@@ -329,19 +329,21 @@ def test_cli_killed_halfway_resumes_without_repeating_requests(gsm8k, tmp_path):
         assert 6 <= len(stored1) < 40  # halfway: 48 neighbors are needed
         mark1 = len(server.log)
 
-        # run 2: SIGTERM after some more: a clean interrupt, store kept
-        p = _cli(args, env)
-        _wait_for(lambda: server.ok_count() >= 26)
-        p.send_signal(signal.SIGTERM)
-        transcripts += p.communicate(timeout=30)
-        assert p.returncode == 130 and "interrupted" in transcripts[-1] and not out.exists()
-        run2 = server.log[mark1:]
-        assert not {e["hash"] for e in run2} & stored1  # nothing stored was asked again
-        stored2 = _stored_hashes(store)
-        assert len(stored2) > len(stored1)
-        mark2 = len(server.log)
+        # runs 2 and 3: SIGINT (Ctrl-C), then SIGTERM, after some more: clean interrupts, store kept
+        for sig, at in ((signal.SIGINT, 20), (signal.SIGTERM, 28)):
+            p = _cli(args, env)
+            _wait_for(lambda at=at: server.ok_count() >= at)
+            p.send_signal(sig)
+            transcripts += p.communicate(timeout=30)
+            assert p.returncode == 130 and "interrupted" in transcripts[-1] and not out.exists()
+            run = server.log[mark1:]
+            assert not {e["hash"] for e in run} & stored1  # nothing stored was asked again
+            stored2 = _stored_hashes(store)
+            assert len(stored2) > len(stored1)
+            stored1, mark1 = stored2, len(server.log)
+        mark2 = mark1
 
-        # run 3: to the end
+        # run 4: to the end
         p = _cli(args, env)
         transcripts += p.communicate(timeout=120)
         assert p.returncode == 0, transcripts[-1]
@@ -349,7 +351,7 @@ def test_cli_killed_halfway_resumes_without_repeating_requests(gsm8k, tmp_path):
         assert run3 and not {e["hash"] for e in run3} & stored2
         all_log = list(server.log)
 
-        # run 4: everything is stored: no request at all, same output
+        # run 5: everything is stored: no request at all, same output
         before = out.read_bytes()
         p = _cli(args, env)
         transcripts += p.communicate(timeout=60)
@@ -366,7 +368,7 @@ def test_cli_killed_halfway_resumes_without_repeating_requests(gsm8k, tmp_path):
     n_logged = sum(outcomes.values())
     con.close()
     assert outcomes["http_429"] >= 1 and outcomes["http_500"] >= 1  # retries are in the log
-    assert "rejected" in transcripts[-2] and "refusal" in transcripts[-2]  # summary table of run 3
+    assert "rejected" in transcripts[-2] and "refusal" in transcripts[-2]  # summary table of run 5 (reused)
     # the key was sent, and appears nowhere we write
     assert all(e["auth"] == f"Bearer {KEY}" for e in all_log)
     for f in tmp_path.iterdir():

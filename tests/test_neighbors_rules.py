@@ -13,7 +13,14 @@ import pytest
 
 from tagrpo.data import read_rows
 from tagrpo.neighbors import BuildOptions, RuleBackend, build_neighbors, validate_neighbor
-from tagrpo.neighbors.rules import TRANSFORMATIONS, format_givens, instruct, rename, reorder, transform
+from tagrpo.neighbors.rules import (
+    TRANSFORMATIONS,
+    format_givens,
+    instruct,
+    rename,
+    reorder,
+    transform,
+)
 from tagrpo.neighbors.text import math_segments, normalize_text, number_multiset
 from tagrpo.rewards import normalize_gold
 
@@ -64,8 +71,8 @@ def test_rename_is_consistent_on_gsm8k(gsm8k):
             assert not re.search(rf"\b{new}\b", q, re.IGNORECASE)  # the new name was not in the original
             assert len(re.findall(rf"\b{new}\b", text)) == len(re.findall(rf"\b{old}\b", q))
         # undoing the mapping gives back the original exactly
-        back = re.sub(r"\b(" + "|".join(map(re.escape, mapping.values())) + r")\b",
-                      lambda m: {v: k for k, v in mapping.items()}[m.group(1)], text)
+        inverse = {v: k for k, v in mapping.items()}
+        back = re.sub(r"\b(" + "|".join(map(re.escape, inverse)) + r")\b", lambda m, inv=inverse: inv[m.group(1)], text)
         assert back == q
     assert renamed >= 200
 

@@ -79,3 +79,12 @@ def test_rules_rerun_reuses_the_store(tmp_path):
     with NeighborStore(path) as st:  # another seed is another set of keys
         _, r3 = build_neighbors(rows, RuleBackend(seed=2), st, BuildOptions(n=3))
     assert r3.reused == 0 and r3.new > 0
+
+
+def test_repeated_question_is_built_once():
+    q = "Tom has 4 apples. Mary gives him 3 more. How many apples does Tom have?"
+    rows = [{"id": "a", "question": q, "answer": "7"}, {"id": "b", "question": q, "answer": "7"}]
+    out, report = build_neighbors(rows, RuleBackend(), None, BuildOptions(n=2))
+    assert [o["id"] for o in out] == ["a", "b"]
+    assert out[0]["neighbors"] == out[1]["neighbors"] and len(out[0]["neighbors"]) == 2
+    assert report.new == 2 and report.rows_complete == 2

@@ -24,9 +24,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from tagrpo.neighbors.backends import Backend, Job, Reply
-from tagrpo.neighbors.store import FINAL_STATUSES, CandidateKey, NeighborStore, StoredCandidate, question_hash
-from tagrpo.neighbors.validate import REASONS, ValidationConfig, Verdict, validate_neighbor
+from tagrpo.neighbors.store import (
+    FINAL_STATUSES,
+    CandidateKey,
+    NeighborStore,
+    StoredCandidate,
+    question_hash,
+)
 from tagrpo.neighbors.text import normalize_text
+from tagrpo.neighbors.validate import REASONS, ValidationConfig, Verdict, validate_neighbor
 
 
 @dataclass(frozen=True)
@@ -122,6 +128,8 @@ class NeighborBuilder:
         self.max_candidates = options.max_candidates or default
         self.report = BuildReport(n=options.n)
         self._families: list[_Family] = []
+        self._rows: list[dict] = []
+        self._row_family: list[_Family] = []
         self._last_emit = float("-inf")
 
     # --- planning -------------------------------------------------------------------------
@@ -285,7 +293,15 @@ class NeighborBuilder:
 
     def build(self, rows: Sequence[dict]) -> tuple[list[dict], BuildReport]:
         """Rows with `neighbors` (up to n each), and the report."""
-        self._families = [self._family(row) for row in rows]
+        by_question: dict[str, _Family] = {}
+        self._rows = list(rows)
+        self._row_family = []
+        for row in self._rows:  # a question repeated in the input is built once
+            qh = question_hash(row["question"])
+            if qh not in by_question:
+                by_question[qh] = self._family(row)
+            self._row_family.append(by_question[qh])
+        self._families = list(by_question.values())
         self.report.rows = len(rows)
         self._emit(force=True)
         while not self.backend.budget_exhausted:
@@ -300,14 +316,14 @@ class NeighborBuilder:
     def _finish(self) -> tuple[list[dict], BuildReport]:
         r = self.report
         out = []
-        for f in self._families:
+        for row, f in zip(self._rows, self._row_family):
             texts = [c.text for c in f.accepted if not self.options.verify_solve or c.verified == 1][: self.options.n]
-            out.append({**f.row, "neighbors": texts})
+            out.append({**row, "neighbors": texts})
             r.neighbors += len(texts)
             if len(texts) >= self.options.n:
                 r.rows_complete += 1
             else:
-                r.short_rows.append((f.row.get("id"), len(texts)))
+                r.short_rows.append((row.get("id"), len(texts)))
         stats = self.backend.stats
         r.requests, r.retries = stats.requests, stats.retries
         if stats.tokens_reported:

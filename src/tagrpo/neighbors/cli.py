@@ -165,7 +165,10 @@ def neighbors_command(
             log_fh.write(json.dumps(entry, sort_keys=True) + "\n")
             log_fh.flush()
 
+    # Ctrl-C and SIGTERM both stop cleanly (the store is transactional either way), even when
+    # the parent started us with SIGINT ignored
     previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     be = None
     try:
         be = _make_backend(backend, model=model, base_url=base_url, api_key_env=api_key_env, concurrency=concurrency,
@@ -194,6 +197,7 @@ def neighbors_command(
         raise typer.Exit(code=130) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
         if be is not None:
             be.close()
         db.close()

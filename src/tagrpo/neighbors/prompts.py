@@ -37,7 +37,7 @@ class Template:
 
     @property
     def version(self) -> str:
-        digest = hashlib.sha256(f"{self.system}\x00{self.user}".encode("utf-8")).hexdigest()[:8]
+        digest = hashlib.sha256(f"{self.system}\x00{self.user}".encode()).hexdigest()[:8]
         return f"{self.name}-v{self.revision}-{digest}"
 
     def messages(self, question: str) -> list[dict[str, str]]:

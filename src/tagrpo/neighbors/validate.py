@@ -135,7 +135,7 @@ def validate_neighbor(
     markers = {m.group(0).lower() for m in _ANSWER_MARKERS.finditer(text)}
     markers -= {m.group(0).lower() for m in _ANSWER_MARKERS.finditer(original)}
     if markers:
-        return Verdict.reject("answer_not_question", f"answer marker {sorted(markers)[0]!r}")
+        return Verdict.reject("answer_not_question", f"answer marker {min(markers)!r}")
     if has_question(original) and not has_question(text):
         return Verdict.reject("answer_not_question", "no question or instruction left")
     n_o, n_n = number_multiset(original), number_multiset(text)
