@@ -168,3 +168,25 @@ def test_two_process_data_parallel_matches_one_process(tmp_path):
         assert a["loss/policy"] == pytest.approx(b["loss/policy"], abs=1e-5)
     for k in sd1:
         assert sd2[k] == pytest.approx(sd1[k], rel=1e-4, abs=1e-4), k
+
+
+@pytest.mark.slow
+def test_ctrl_c_saves_a_checkpoint_and_exits_cleanly(tmp_path):
+    import signal
+    import time
+
+    rows = _rows_file(tmp_path)
+    run = tmp_path / "run"
+    proc = subprocess.Popen([str(BIN / "tagrpo"), "train", "--config", "configs/tiny.yaml", "--set", f"output_dir={run}",
+                             "--set", "steps=40", "--set", "save_every=0", "--set", f"train_data={rows}", *COMMON],
+                            env=ENV, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and not ((run / "metrics.jsonl").exists() and (run / "metrics.jsonl").read_text().strip()):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    done = len(_metrics(run))
+    assert 1 <= done < 40
+    assert (run / "checkpoints" / f"step-{done}" / "COMPLETE").exists()
+    assert "--resume" in out + err
