@@ -86,6 +86,7 @@ class _Candidate:
     status: str | None = None  # None while not yet answered in this run
     text: str | None = None
     verified: int | None = None
+    norm: str | None = None  # normalized text, for duplicate checks
 
 
 @dataclass
@@ -98,6 +99,7 @@ class _Family:
     stored: dict[tuple[str, str, int], StoredCandidate]
     next: int = 0
     accepted: list[_Candidate] = field(default_factory=list)
+    norm: str = ""
 
     def exhausted(self) -> bool:
         return self.next >= len(self.plan)
@@ -148,7 +150,7 @@ class NeighborBuilder:
                 plan.append(_Candidate(len(plan), key))
             s += 1
         stored = self.store.load_question(qh, self.backend.name, self.backend.model)
-        return _Family(row, question, normalize_gold(row["answer"]), qh, plan, stored)
+        return _Family(row, question, normalize_gold(row["answer"]), qh, plan, stored, norm=normalize_text(question))
 
     def _emit(self, force: bool = False) -> None:
         """Report progress, at most every 0.1 s unless forced."""
@@ -228,12 +230,14 @@ class NeighborBuilder:
     def _settle(self, f: _Family) -> None:
         """Accepted candidates in plan order; a later duplicate of an earlier one is rejected.
         With --verify-solve, accepted ones still waiting for their solve are kept (pending)."""
-        seen = {normalize_text(f.question)}
+        seen = {f.norm}
         accepted = []
         for c in f.plan[: f.next]:
             if c.status != "accepted":
                 continue
-            norm = normalize_text(c.text or "")
+            if c.norm is None:
+                c.norm = normalize_text(c.text or "")
+            norm = c.norm
             if norm in seen:
                 self.store.update(c.key, status="rejected", reason="duplicate_sibling", detail=REASONS["duplicate_sibling"])
                 c.status = "rejected"

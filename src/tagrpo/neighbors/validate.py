@@ -18,6 +18,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from tagrpo.neighbors.text import (
     canonical_number,
@@ -112,6 +113,33 @@ def gold_leaked(original: str, neighbor: str, gold: str | None, *, _numbers: tup
     return _squash(neighbor).count(key) > _squash(original).count(key)
 
 
+@dataclass(frozen=True)
+class _Original:
+    """What the checks need from an original question; computed once per question."""
+
+    refusal: bool
+    norm: str
+    markers: frozenset[str]
+    asks: bool
+    numbers: tuple[tuple[str, int], ...]
+    currency: bool
+    segments: tuple[str, ...]
+
+
+@lru_cache(maxsize=4096)
+def _profile(original: str) -> _Original:
+    currency = dollars_are_currency(original)
+    return _Original(
+        refusal=bool(_REFUSAL.search(original.replace("\u2019", "'"))),
+        norm=normalize_text(original),
+        markers=frozenset(m.group(0).lower() for m in _ANSWER_MARKERS.finditer(original)),
+        asks=has_question(original),
+        numbers=tuple(sorted(number_multiset(original).items())),
+        currency=currency,
+        segments=tuple(math_segments(original, currency)),
+    )
+
+
 def validate_neighbor(
     original: str,
     neighbor: str | None,
@@ -126,25 +154,24 @@ def validate_neighbor(
     text = (neighbor or "").strip()
     if not text:
         return Verdict.reject("empty")
-    plain_o, plain_n = original.replace("\u2019", "'"), text.replace("\u2019", "'")
-    if _REFUSAL.search(plain_n) and not _REFUSAL.search(plain_o):
-        return Verdict.reject("refusal", f"refusal phrase: {_REFUSAL.search(plain_n).group(0)!r}")
+    orig = _profile(original)
+    refusal = _REFUSAL.search(text.replace("\u2019", "'"))
+    if refusal and not orig.refusal:
+        return Verdict.reject("refusal", f"refusal phrase: {refusal.group(0)!r}")
     norm = normalize_text(text)
-    if norm == normalize_text(original):
+    if norm == orig.norm:
         return Verdict.reject("duplicate_original")
-    markers = {m.group(0).lower() for m in _ANSWER_MARKERS.finditer(text)}
-    markers -= {m.group(0).lower() for m in _ANSWER_MARKERS.finditer(original)}
+    markers = {m.group(0).lower() for m in _ANSWER_MARKERS.finditer(text)} - orig.markers
     if markers:
         return Verdict.reject("answer_not_question", f"answer marker {min(markers)!r}")
-    if has_question(original) and not has_question(text):
+    if orig.asks and not has_question(text):
         return Verdict.reject("answer_not_question", "no question or instruction left")
-    n_o, n_n = number_multiset(original), number_multiset(text)
+    n_o, n_n = Counter(dict(orig.numbers)), number_multiset(text)
     if gold_leaked(original, text, gold, _numbers=(n_o, n_n)):
         return Verdict.reject("gold_leaked", f"gold answer {gold!r} appears in the neighbor")
     if n_o != n_n:
         return Verdict.reject("numbers_changed", f"missing: {_fmt(n_o - n_n)}; added: {_fmt(n_n - n_o)}")
-    currency = dollars_are_currency(original)
-    seg_o, seg_n = math_segments(original, currency), math_segments(text, currency)
+    seg_o, seg_n = list(orig.segments), math_segments(text, orig.currency)
     if (seg_o or seg_n) and match_segments(seg_o, seg_n) is None:
         missing = Counter(seg_o) - Counter(seg_n)
         return Verdict.reject(
