@@ -393,15 +393,25 @@ class Trainer:
         pos = torch.arange(p, p + t).unsqueeze(0).expand(b, t)  # (b, T)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.cfg.autocast == "bf16"):
             pre = model(input_ids=torch.tensor([prompt]), use_cache=True, logits_to_keep=1)
-            cache = pre.past_key_values
+            cache = getattr(pre, "cache", None) or pre.past_key_values
             cache.batch_repeat_interleave(b)
-            out = model(input_ids=resp, attention_mask=att, position_ids=pos, past_key_values=cache, use_cache=True,
-                        logits_to_keep=t)
+            out = model(input_ids=resp, attention_mask=att, position_ids=pos, use_cache=True, logits_to_keep=t,
+                        **{self._cache_kwarg(model): cache})
         first = pre.logits[:, -1:].float().expand(b, 1, -1)  # (b, 1, V) predicts response token 0
         logits = torch.cat([first, out.logits[:, :-1].float()], dim=1) / self.cfg.temperature  # (b, T, V)
         logp = selective_log_softmax(logits, resp)  # (b, T)
         ent = token_entropy(logits.detach()) if want_entropy else None  # (b, T)
         return logp, rmask, ent
+
+    def _cache_kwarg(self, model) -> str:
+        """'cache' in recent transformers, 'past_key_values' before the rename."""
+        if not hasattr(self, "_cache_kw"):
+            import inspect
+
+            base = self.acc.unwrap_model(model)
+            base = base.get_base_model() if hasattr(base, "get_base_model") else base
+            self._cache_kw = "cache" if "cache" in inspect.signature(type(base).forward).parameters else "past_key_values"
+        return self._cache_kw
 
     def _mb_logprobs(self, model, rows, mb, want_entropy: bool = False):
         import torch
