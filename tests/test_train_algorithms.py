@@ -27,7 +27,7 @@ def _direct_logp(model, prompt, response):
 @pytest.mark.parametrize("shared", ["true", "false"])
 @pytest.mark.parametrize("algorithm", ["ta-grpo", "ta-grpo-unanchored"])
 def test_logprobs_are_anchored_on_q0(tmp_path, algorithm, shared):
-    t = _trainer(tmp_path, f"algorithm={algorithm}", f"shared_prefix={shared}")
+    t = _trainer(tmp_path, f"algorithm={algorithm}", f"shared_prefix={shared}", "skip_zero_adv=false")
     before = copy.deepcopy(t.acc.unwrap_model(t.model)).eval()
     t.train_step(0)
     up = t.last_update
@@ -197,3 +197,19 @@ def test_shared_prefix_on_and_off_give_the_same_update(tmp_path):
     b.train_step(0)
     for (_, pa), (_, pb) in zip(a.model.named_parameters(), b.model.named_parameters()):
         torch.testing.assert_close(pa, pb, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("reward", ["tagrpo.rewards.toy:parity_on_even_answers", "tagrpo.rewards:math_reward"])
+def test_skipping_zero_advantage_rows_gives_the_same_update(tmp_path, reward):
+    a = _trainer(tmp_path / "a", "skip_zero_adv=true", f"reward={reward}", "questions_per_step=4", "steps=2")
+    b = _trainer(tmp_path / "b", "skip_zero_adv=false", f"reward={reward}", "questions_per_step=4", "steps=2")
+    for step in range(2):
+        ma, mb = a.train_step(step), b.train_step(step)
+        assert ma["reward/mean"] == mb["reward/mean"]
+        assert ma["loss/policy"] == pytest.approx(mb["loss/policy"], abs=1e-6)
+    if reward.endswith("math_reward"):
+        assert ma["train/rows_skipped_zero_adv"] == ma["train/rows"]  # a random model is never right
+    else:
+        assert 0 < ma["train/rows_skipped_zero_adv"] < ma["train/rows"]  # odd-answer families are uniform
+    for (_, pa), (_, pb) in zip(a.model.named_parameters(), b.model.named_parameters()):
+        torch.testing.assert_close(pa, pb, atol=1e-6, rtol=1e-5)

@@ -84,6 +84,8 @@ class TrainConfig:
     max_grad_norm: float = doc("Gradient clipping norm (0 = off).", 1.0)
     shared_prefix: bool = doc("Run each shared prompt (the anchor q0 of a family) once per micro-batch and reuse its KV "
                               "cache for all its responses, gradients included (1 process only).", True)
+    skip_zero_adv: bool = doc("With beta = 0, skip the forward/backward of responses whose advantage is 0 (exactly the "
+                              "same update; uniform groups then cost nothing to train).", True)
     micro_batch_tokens: int = doc("Token budget per micro-batch (rows x padded length) for gradient accumulation.", 4096)
     # --- rewards -------------------------------------------------------------------------
     reward: str = doc("Reward callable by dotted path 'module:function' taking (completion, answer) -> float.", "tagrpo.rewards:math_reward")

@@ -500,7 +500,12 @@ class Trainer:
         fam_to_mb = {f: k * n_mb // max(1, len(fam_order)) for k, f in enumerate(fam_order)}
         minis = [[i for i, s in enumerate(keep) if fam_to_mb[s.family] == m] for m in range(n_mb)]
         lengths = [(len(p), len(r)) for p, r, _ in rows]
-        packs = [self._pack(rows, mini) for mini in minis]
+        # With beta == 0 a response whose advantage is 0 adds exactly nothing to the gradient
+        # (its loss terms are 0 * ratio); skip its forward/backward but keep its tokens in the
+        # normalizers, so the update is the same. Off under DDP (every rank must run backward).
+        skip_zero = cfg.skip_zero_adv and cfg.beta == 0 and self.world == 1
+        trained = [[i for i in mini if not (skip_zero and rows[i][2] == 0.0)] for mini in minis]
+        packs = [self._pack(rows, t) if t else [] for t in trained]
         all_batches = [b for pk in packs for b in pk]
         need_old = cfg.ppo_epochs > 1 or n_mb > 1
         old = self._no_grad_logprobs(self.model, rows, all_batches) if need_old else None
@@ -515,7 +520,7 @@ class Trainer:
         params = [p for p in self.model.parameters() if p.requires_grad]
         for epoch in range(cfg.ppo_epochs):
             for m, batches in enumerate(packs):
-                mini = [i for b in batches for i in b]
+                mini = minis[m]
                 tok_total = self._global_sum(sum(lengths[i][1] for i in mini))
                 seq_total = self._global_sum(len(mini))
                 self.optimizer.zero_grad(set_to_none=True)
@@ -552,6 +557,9 @@ class Trainer:
                     if ent is not None:
                         entropies += float((ent * rmask).sum())
                         ent_w += n_tok
+                for prm in params:  # rows all skipped: a zero gradient, so AdamW still steps as it would
+                    if prm.grad is None:
+                        prm.grad = torch.zeros_like(prm)
                 gn = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf"))
                 if bad or not torch.isfinite(gn):
                     self.optimizer.zero_grad(set_to_none=True)
@@ -566,10 +574,14 @@ class Trainer:
                 continue
             metrics[k] = v / max(weight_sum, 1.0)
         metrics["actor/grad_norm"] = sum(grad_norms) / len(grad_norms) if grad_norms else float("nan")
-        metrics["actor/entropy"] = entropies / max(ent_w, 1.0)
+        metrics["actor/entropy"] = entropies / ent_w if ent_w else float("nan")  # over the trained rows
+        for k, v in (("loss/policy", 0.0), ("loss/total", 0.0), ("loss/clipfrac", 0.0), ("loss/approx_kl", 0.0),
+                     ("loss/ratio_mean", 1.0)):
+            metrics.setdefault(k, v)  # every row skipped (all advantages 0): nothing was computed
         metrics["actor/lr"] = lr_used
         metrics["train/nonfinite_skips"] = float(self.nonfinite_skips)
         metrics["train/tokens"] = self._global_sum(sum(p + r for p, r in lengths))
+        metrics["train/rows_skipped_zero_adv"] = self._global_sum(sum(len(mi) - len(t) for mi, t in zip(minis, trained)))
         metrics["train/computed_tokens_fwd_bwd"] = self._global_sum(self.computed_tokens["fwd_bwd"])
         metrics["train/computed_tokens_fwd"] = self._global_sum(self.computed_tokens["fwd"])
         if "loss/kl" not in metrics:
