@@ -46,6 +46,7 @@ def embedded_model_dir() -> Path:
     """Directory holding the cached HF-format embedded model, creating it on first call."""
     target = cache_root() / "models" / EMBEDDED_NAME
     if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
+        _drop_gguf_quantization_config(target / "config.json")  # heals caches written before the fix
         return target
     gguf = _gguf_path()
     import torch
@@ -54,6 +55,10 @@ def embedded_model_dir() -> Path:
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     src = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     model = AutoModelForCausalLM.from_config(src.config, dtype=torch.float32)
+    # the weights are plain floats now; a kept `quantization_config` makes transformers' Trainer
+    # (and so TRL) refuse to fine-tune the saved model as "purely quantized"
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
     missing, unexpected = model.load_state_dict(src.state_dict(), strict=False)
     missing = [k for k in missing if "lm_head" not in k]  # tied to embeddings
     if missing or unexpected:
@@ -74,6 +79,20 @@ def embedded_model_dir() -> Path:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def _drop_gguf_quantization_config(config_path: Path) -> None:
+    """Remove a GGUF `quantization_config` left in a cached (dequantized) config.json."""
+    import json
+
+    cfg = json.loads(config_path.read_text())
+    if cfg.get("quantization_config", {}).get("quant_method") != "gguf":
+        return
+    del cfg["quantization_config"]
+    fd, tmp = tempfile.mkstemp(prefix=".config-", suffix=".json", dir=config_path.parent)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(cfg, fh, indent=2)
+    os.replace(tmp, config_path)
 
 
 def resolve_model_path(name_or_path: str | os.PathLike) -> str:

@@ -1,0 +1,477 @@
+"""TA-GRPO on top of Hugging Face TRL's `GRPOTrainer` (imported lazily by `tagrpo.integrations.trl`).
+
+How it differs from plain TRL GRPO:
+
+1. `TAGRPOConfig` adds `num_neighbors` (N) and `samples_per_variant` (G) and sets TRL's
+   `num_generations` to the family size (N+1)*G. TRL's `RepeatSampler` then repeats each dataset
+   row (N+1)*G times in a row, so one question's whole family sits contiguously in a generation
+   batch.
+2. Generation: inside each family, the i-th block of G rows is generated from neighbor i
+   (block 0 from the original prompt q0). Row position -> variant is `(pos % ((N+1)*G)) // G`,
+   with `pos` the row's index in the *global* generation batch, the same positional grouping TRL
+   uses for its advantages.
+3. Anchored log-probs: right after generation the prompt token ids of every neighbor row are
+   replaced by the tokens of q0. Everything TRL computes afterwards (old-policy log-probs,
+   reference log-probs for the KL, current log-probs in the loss) reads these ids, so every
+   log-probability is log pi(o | q0) whichever variant generated o.
+4. Joint advantage: TRL normalizes rewards over groups of `num_generations` consecutive rows,
+   which here is the family of (N+1)*G completions. Nothing to override.
+5. Reward functions get the original prompt (TRL passes its own copy of the batch prompts, which
+   this trainer never rewrites) and every dataset column, as usual (plus `neighbors`).
+6. Logs `uniform/q0_{uniform,all_correct,all_wrong}` (the plain GRPO view: q0's G rewards) and
+   `uniform/family_*` (the TA-GRPO view: all (N+1)*G rewards) from `tagrpo.core.uniform_fraction`,
+   plus `rewards/q0_mean` and `rewards/neighbors_mean`, through TRL's metric logging, and a
+   `ta_variant` column in TRL's completions table.
+
+TRL methods overridden (TRL 1.16; private methods, hence the pinned version range):
+
+- `__init__`: checks the TRL version, the config type and the dataset's `neighbors` column;
+  refuses `tools`, `environment_factory` and image datasets (multi-turn rollouts rewrite prompts
+  between turns and neighbors are text only, so "the same answer to a reworded prompt" is not
+  defined there).
+- `_generate_and_score_completions`: stashes the batch rows (to find each row's neighbors),
+  then runs TRL's unchanged.
+- `_generate`: builds the neighbor prompts, calls TRL's generation on them, then puts q0's
+  prompt ids back (point 3) and masks the sampler log-probs of neighbor rows (below).
+- `_generate_single_turn`: passes G instead of (N+1)*G as "completions per prompt". vLLM server
+  mode deduplicates prompts with `prompts[::num_generations]` and samples that many of each;
+  with (N+1)*G it would keep only q0 and drop every neighbor.
+- `_calculate_rewards`: TRL's, plus the metrics of point 6.
+
+Evaluation (`trainer.evaluate()`) generates from q0 only: it measures the policy on the task.
+
+vLLM importance-sampling correction (`vllm_importance_sampling_correction`, on by default in
+TRL): TRL multiplies the loss by pi_trainer(o | prompt) / pi_vllm(o | prompt), both on the prompt
+that generated o, to correct small numerical differences between the two engines. For a
+neighbor completion the sampler's log-probs are conditioned on the neighbor qn while the
+trainer's are conditioned on q0 (point 3), so that ratio would no longer measure an engine
+mismatch but pi(o | q0) / pi(o | qn): a large, high-variance weight that would silently undo
+the anchoring TA-GRPO is built on. So the sampler log-probs of neighbor rows are set to NaN,
+which TRL treats as "not scored": their correction ratio is exactly 1 and they are left out of
+the `sampling/*` metrics. q0 rows keep the correction. (TRL's off-policy mask, if enabled, also
+sees no sampler drift on neighbor rows for the same reason.)
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import trl
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+from trl import GRPOConfig, GRPOTrainer
+
+from tagrpo.core import uniform_fraction
+from tagrpo.errors import TagrpoError
+from tagrpo.integrations.trl import SUPPORTED_TRL
+
+
+class TAGRPOConfigError(TagrpoError, ValueError):
+    """A TA-GRPO configuration or dataset problem the user can fix (also a ValueError)."""
+
+
+def check_trl_version(version: str | None = None) -> None:
+    """Raise TAGRPOConfigError if the TRL version (default: the installed one) is outside
+    `SUPPORTED_TRL`. The trainer relies on private `GRPOTrainer` methods that change between
+    TRL releases, so other versions are refused rather than silently mis-trained."""
+    version = trl.__version__ if version is None else version
+    if not SpecifierSet(SUPPORTED_TRL).contains(Version(version), prereleases=True):
+        raise TAGRPOConfigError(
+            f"tagrpo's TRL integration supports trl{SUPPORTED_TRL}, but trl {version} is installed. "
+            f"Install a supported version: pip install 'trl{SUPPORTED_TRL}'  (or pip install 'tagrpo[trl]')."
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Pure helpers (no trainer state): layout of a family, neighbor prompts, metrics.
+# --------------------------------------------------------------------------------------------
+
+
+def variant_indices(
+    n_rows: int, offset: int, num_neighbors: int, samples_per_variant: int
+) -> list[int]:
+    """Variant (0 = original, i = neighbor i) of each of `n_rows` rows whose first row sits at
+    position `offset` of the global generation batch: [0]*G + [1]*G + ... + [N]*G per family."""
+    family = (num_neighbors + 1) * samples_per_variant
+    return [((offset + j) % family) // samples_per_variant for j in range(n_rows)]
+
+
+def is_conversational_prompt(prompt: Any) -> bool:
+    return isinstance(prompt, list) and all(isinstance(m, dict) and "role" in m for m in prompt)
+
+
+def check_neighbors(neighbors: Any, prompt: Any, num_neighbors: int, where: str) -> None:
+    """Raise TAGRPOConfigError unless `neighbors` holds >= num_neighbors usable rewordings."""
+    need = (
+        f"a list of at least num_neighbors={num_neighbors} non-empty strings (problem-equivalent "
+        "rewordings of the question; `tagrpo neighbors` makes them)"
+    )
+    if neighbors is None:
+        raise TAGRPOConfigError(f"{where}: field 'neighbors' is missing (None); expected {need}.")
+    if isinstance(neighbors, str) or not isinstance(neighbors, (list, tuple)):
+        raise TAGRPOConfigError(
+            f"{where}: field 'neighbors' is a {type(neighbors).__name__}; expected {need}."
+        )
+    if len(neighbors) < num_neighbors:
+        raise TAGRPOConfigError(
+            f"{where}: field 'neighbors' holds {len(neighbors)} rewording(s); expected {need}. "
+            f"Lower num_neighbors or make more neighbors for this row."
+        )
+    for k, nb in enumerate(neighbors[:num_neighbors]):
+        if isinstance(nb, str):
+            if not nb.strip():
+                raise TAGRPOConfigError(
+                    f"{where}: field 'neighbors'[{k}] is an empty string; expected {need}."
+                )
+        elif is_conversational_prompt(nb) and is_conversational_prompt(prompt):
+            continue
+        else:
+            raise TAGRPOConfigError(
+                f"{where}: field 'neighbors'[{k}] is a {type(nb).__name__}; expected a str (or, for "
+                "conversational prompts, a full list of {'role', 'content'} messages)."
+            )
+
+
+def variant_prompt(prompt: Any, neighbor: Any, question: str | None = None) -> Any:
+    """The prompt to generate from for one neighbor, in the same format as `prompt`.
+
+    - `neighbor` is a list of messages (conversational datasets): used as it is.
+    - `neighbor` is a str and the row has a `question` (str) that occurs in the prompt text (the
+      last user message for conversational prompts): that occurrence is replaced, so a template
+      around the question (instructions, "put the answer in \\boxed{}") is kept.
+    - otherwise the neighbor replaces the last user message's content (conversational) or the
+      whole prompt (plain-text prompts).
+    """
+    if not isinstance(neighbor, str):
+        return copy.deepcopy(neighbor)
+    if isinstance(prompt, str):
+        if question and question in prompt:
+            return prompt.replace(question, neighbor, 1)
+        return neighbor
+    messages = copy.deepcopy(prompt)
+    users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+    if not users:
+        raise TAGRPOConfigError(
+            "TAGRPOTrainer: a conversational prompt has no 'user' message to reword; roles found: "
+            f"{[m.get('role') for m in messages]}. Give neighbors as full message lists instead."
+        )
+    last = users[-1]
+    content = messages[last]["content"]
+    if not isinstance(content, str):
+        raise TAGRPOConfigError(
+            "TAGRPOTrainer: the last user message's content is not a str (multimodal content "
+            "blocks?); give neighbors as full message lists instead."
+        )
+    new = content.replace(question, neighbor, 1) if question and question in content else neighbor
+    messages[last] = {**messages[last], "content": new}
+    return messages
+
+
+def family_reward_metrics(
+    rewards: torch.Tensor, num_neighbors: int, samples_per_variant: int
+) -> dict[str, float]:
+    """Uniform-group fractions in the GRPO view (q0's G rewards per family) and the TA-GRPO view
+    (all (N+1)*G rewards), plus mean rewards of q0 and neighbor completions.
+
+    rewards: (B,) for a whole generation batch in TRL's order (B a multiple of (N+1)*G); NaN
+    (unscorable) rows are left out."""
+    family_size = (num_neighbors + 1) * samples_per_variant
+    if rewards.dim() != 1 or rewards.numel() % family_size != 0:
+        raise ValueError(
+            f"rewards has shape {tuple(rewards.shape)}; expected (B,) with B a multiple of {family_size}"
+        )
+    pos = torch.arange(rewards.numel(), device=rewards.device)  # (B,)
+    family = pos // family_size  # (B,)
+    variant = (pos % family_size) // samples_per_variant  # (B,)
+    ok = ~torch.isnan(rewards)  # (B,)
+    q0 = ok & (variant == 0)  # (B,)
+    nb = ok & (variant > 0)  # (B,)
+    metrics: dict[str, float] = {}
+    for view, mask in (("q0", q0), ("family", ok)):
+        u = uniform_fraction(rewards[mask].float().cpu(), family[mask].cpu())
+        for key in ("uniform", "all_correct", "all_wrong"):
+            metrics[f"uniform/{view}_{key}"] = u[key]
+    metrics["rewards/q0_mean"] = rewards[q0].float().mean().item() if q0.any() else math.nan
+    if num_neighbors > 0:
+        metrics["rewards/neighbors_mean"] = (
+            rewards[nb].float().mean().item() if nb.any() else math.nan
+        )
+    return metrics
+
+
+# --------------------------------------------------------------------------------------------
+# Config
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TAGRPOConfig(GRPOConfig):
+    r"""`GRPOConfig` for TA-GRPO. Everything of `GRPOConfig` applies; in addition:
+
+    Parameters:
+        num_neighbors (`int`, defaults to `2`):
+            N, the number of problem-equivalent rewordings used per question. Each dataset row's
+            `neighbors` column must hold at least N strings; the first N are used.
+        samples_per_variant (`int`, defaults to `4`):
+            G, completions sampled per variant (the original and each neighbor).
+        num_generations (`int`, *optional*):
+            Set to (N+1)*G automatically (the family size, which is also TRL's advantage group).
+            Leave it unset; any other value is an error.
+
+    `generation_batch_size` (by default `per_device_train_batch_size * processes *
+    steps_per_generation`) must be a multiple of (N+1)*G, so that whole families are generated
+    and normalized together. `remove_unused_columns` must stay False (the `neighbors` column is
+    needed at generation time).
+    """
+
+    num_generations: int | None = field(
+        default=None,
+        metadata={
+            "help": "Set automatically to (num_neighbors + 1) * samples_per_variant; leave unset "
+            "(any other value is an error)."
+        },
+    )
+    num_neighbors: int = field(
+        default=2,
+        metadata={
+            "help": "N: problem-equivalent rewordings per question (first N of the `neighbors` column)."
+        },
+    )
+    samples_per_variant: int = field(
+        default=4,
+        metadata={
+            "help": "G: completions sampled for the original question and for each neighbor."
+        },
+    )
+
+    def __post_init__(self):
+        check_trl_version()
+        for name in ("num_neighbors", "samples_per_variant"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TAGRPOConfigError(f"TAGRPOConfig.{name} must be an int, got {value!r}")
+        if self.num_neighbors < 0:
+            raise TAGRPOConfigError(
+                f"TAGRPOConfig.num_neighbors must be >= 0 (0 = plain GRPO), got {self.num_neighbors}"
+            )
+        if self.samples_per_variant < 1:
+            raise TAGRPOConfigError(
+                f"TAGRPOConfig.samples_per_variant must be >= 1, got {self.samples_per_variant}"
+            )
+        family = (self.num_neighbors + 1) * self.samples_per_variant
+        if family < 2:
+            raise TAGRPOConfigError(
+                "TAGRPOConfig: (num_neighbors + 1) * samples_per_variant must be >= 2 (an advantage needs at "
+                f"least two completions per family); got ({self.num_neighbors} + 1) * {self.samples_per_variant} = {family}."
+            )
+        if self.num_generations is not None and self.num_generations != family:
+            raise TAGRPOConfigError(
+                f"TAGRPOConfig.num_generations={self.num_generations} conflicts with (num_neighbors + 1) * "
+                f"samples_per_variant = ({self.num_neighbors} + 1) * {self.samples_per_variant} = {family}. "
+                "Leave num_generations unset; it is derived from the other two."
+            )
+        if self.remove_unused_columns:
+            raise TAGRPOConfigError(
+                "TAGRPOConfig.remove_unused_columns=True would drop the dataset's 'neighbors' column before "
+                "generation; set remove_unused_columns=False (the GRPOConfig default)."
+            )
+        self.num_generations = family
+        try:
+            super().__post_init__()
+        except ValueError as err:
+            gbs = self.generation_batch_size
+            if gbs is not None and gbs % family != 0:
+                raise TAGRPOConfigError(
+                    f"TAGRPOConfig: generation_batch_size is {gbs} (per_device_train_batch_size="
+                    f"{self.per_device_train_batch_size} x processes x steps_per_generation="
+                    f"{self.steps_per_generation}), which is not a multiple of the family size "
+                    f"(num_neighbors + 1) * samples_per_variant = ({self.num_neighbors} + 1) * "
+                    f"{self.samples_per_variant} = {family}. A question's (N+1)*G completions must be "
+                    f"generated and normalized together: set generation_batch_size (or "
+                    f"per_device_train_batch_size x steps_per_generation) to a multiple of {family}, "
+                    f"e.g. per_device_train_batch_size={family}."
+                ) from err
+            raise
+
+
+# --------------------------------------------------------------------------------------------
+# Trainer
+# --------------------------------------------------------------------------------------------
+
+_UNSUPPORTED_ARGS = {
+    "tools": "tool calling (multi-turn rollouts)",
+    "environment_factory": "environments (multi-turn rollouts)",
+}
+
+
+class TAGRPOTrainer(GRPOTrainer):
+    """`GRPOTrainer` for TA-GRPO: same arguments, with `args` a `TAGRPOConfig` and a train
+    dataset that has, besides `prompt`, a `neighbors` column (list of str, >= num_neighbors per
+    row). See the module docstring for what changes and which methods are overridden."""
+
+    def __init__(
+        self,
+        model,
+        reward_funcs=None,
+        args=None,
+        train_dataset=None,
+        eval_dataset=None,
+        *rest,
+        **kwargs,
+    ):
+        check_trl_version()
+        bound = inspect.signature(GRPOTrainer.__init__).bind(
+            self, model, reward_funcs, args, train_dataset, eval_dataset, *rest, **kwargs
+        )
+        if not isinstance(args, TAGRPOConfig):
+            raise TAGRPOConfigError(
+                f"TAGRPOTrainer needs args=TAGRPOConfig(...) (with num_neighbors and samples_per_variant), "
+                f"got {type(args).__name__}."
+            )
+        for name, what in _UNSUPPORTED_ARGS.items():
+            if bound.arguments.get(name):
+                raise TAGRPOConfigError(
+                    f"TAGRPOTrainer does not support {name}= ({what}): multi-turn rollouts rewrite the prompt "
+                    "between turns, so the anchoring of log-probs on the original prompt is not defined. "
+                    "Use GRPOTrainer for those, or single-turn prompts here."
+                )
+        self._ta_check_dataset(train_dataset, args.num_neighbors)
+        self._ta_rows: list[dict] | None = None
+        super().__init__(model, reward_funcs, args, train_dataset, eval_dataset, *rest, **kwargs)
+
+    @staticmethod
+    def _ta_check_dataset(dataset, num_neighbors: int) -> None:
+        if dataset is None:
+            raise TAGRPOConfigError(
+                "TAGRPOTrainer needs a train_dataset with 'prompt' and 'neighbors' columns."
+            )
+        columns = getattr(dataset, "column_names", None)
+        if columns is None:  # an IterableDataset with unknown features: rows are checked per batch
+            return
+        if "image" in columns or "images" in columns:
+            raise TAGRPOConfigError(
+                f"TAGRPOTrainer: train_dataset has image columns ({[c for c in columns if c in ('image', 'images')]}); "
+                "neighbors are text rewordings, so multimodal prompts are not supported."
+            )
+        if "prompt" not in columns:
+            raise TAGRPOConfigError(
+                f"TAGRPOTrainer: train_dataset has no 'prompt' column; columns: {columns}."
+            )
+        if num_neighbors == 0:
+            return
+        if "neighbors" not in columns:
+            raise TAGRPOConfigError(
+                f"TAGRPOTrainer: train_dataset has no 'neighbors' column (columns: {columns}); with "
+                f"num_neighbors={num_neighbors} every row needs a list of at least {num_neighbors} rewordings "
+                "(`tagrpo neighbors` adds them), or set num_neighbors=0 for plain GRPO."
+            )
+        if hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__"):
+            for idx, (prompt, nbs) in enumerate(
+                zip(dataset["prompt"], dataset["neighbors"], strict=True)
+            ):
+                check_neighbors(nbs, prompt, num_neighbors, f"train_dataset row {idx}")
+
+    # ---- overrides ---------------------------------------------------------------------------
+
+    def _generate_and_score_completions(self, inputs):
+        # Only stashes the rows: `_generate` receives prompts alone, but needs each row's neighbors.
+        self._ta_rows = inputs
+        try:
+            return super()._generate_and_score_completions(inputs)
+        finally:
+            self._ta_rows = None
+
+    def _generate(self, prompts: list):
+        rows = self._ta_rows
+        if not self.model.training or rows is None:  # evaluation: the original prompts only
+            self._pending_extra_logs["ta_variant"].extend([0] * len(prompts))
+            return super()._generate(prompts)
+        num_neighbors, per_variant = self.args.num_neighbors, self.args.samples_per_variant
+        family = (num_neighbors + 1) * per_variant
+        if len(rows) != len(prompts):
+            raise RuntimeError(
+                f"TAGRPOTrainer: {len(prompts)} prompts but {len(rows)} rows in the batch"
+            )
+        offset = self.accelerator.process_index * len(prompts)
+        variants = variant_indices(len(prompts), offset, num_neighbors, per_variant)
+        self._ta_check_layout(prompts, offset, family)
+
+        gen_prompts = []
+        for j, (prompt, row, v) in enumerate(zip(prompts, rows, variants, strict=True)):
+            if v == 0:
+                gen_prompts.append(prompt)
+                continue
+            nbs = row.get("neighbors")
+            check_neighbors(
+                nbs, prompt, num_neighbors, f"train batch row {j} (prompt {str(prompt)[:80]!r})"
+            )
+            question = row.get("question")
+            gen_prompts.append(
+                variant_prompt(prompt, nbs[v - 1], question if isinstance(question, str) else None)
+            )
+
+        out = list(super()._generate(gen_prompts))
+        # out = [prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields, images, tool_images]
+        prompt_ids = list(out[0])
+        swap = [j for j, v in enumerate(variants) if v > 0]
+        if swap:
+            anchor_ids, _, _ = self._tokenize_prompts([prompts[j] for j in swap])
+            for j, ids in zip(swap, anchor_ids, strict=True):
+                prompt_ids[j] = list(ids)  # the q0 prompt: every log-prob TRL computes is on q0
+            if out[4] is not None:  # sampler log-probs: conditioned on qn, not comparable with q0's
+                out[4] = [
+                    [math.nan] * len(lp) if v > 0 else lp
+                    for lp, v in zip(out[4], variants, strict=True)
+                ]
+        out[0] = prompt_ids
+        self._pending_extra_logs["ta_variant"].extend(variants)
+        return tuple(out)
+
+    def _generate_single_turn(
+        self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False
+    ):
+        # vLLM server mode samples `num_generations` completions of every `num_generations`-th prompt;
+        # in training the distinct prompts are the variant blocks of G, not the families.
+        if self.model.training and num_generations == self.num_generations:
+            num_generations = self.args.samples_per_variant
+        return super()._generate_single_turn(
+            prompt_ids, images, multimodal_fields, num_generations, has_tool_images
+        )
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(
+            inputs, prompts, completions, completion_ids_list
+        )  # (B, F)
+        if self.model.training:
+            weights = self.reward_weights.to(rewards_per_func.device).unsqueeze(0)  # (1, F)
+            rewards = (rewards_per_func * weights).nansum(dim=1)  # (B,)
+            rewards[torch.isnan(rewards_per_func).all(dim=1)] = math.nan
+            metrics = family_reward_metrics(
+                rewards, self.args.num_neighbors, self.args.samples_per_variant
+            )
+            for key, value in metrics.items():
+                self._metrics["train"][key].append(value)
+        return rewards_per_func
+
+    # ---- checks ------------------------------------------------------------------------------
+
+    @staticmethod
+    def _ta_check_layout(prompts: list, offset: int, family: int) -> None:
+        """Every local row of one family must carry the same prompt (TRL's sampler repeats a row
+        num_generations times in a row). A custom sampler that breaks this would mix questions."""
+        first: dict[int, Any] = {}
+        for j, prompt in enumerate(prompts):
+            fam = (offset + j) // family
+            if fam not in first:
+                first[fam] = prompt
+            elif prompt != first[fam]:
+                raise RuntimeError(
+                    f"TAGRPOTrainer: batch rows of family {fam} carry different prompts; expected each dataset "
+                    f"row repeated (num_neighbors + 1) * samples_per_variant = {family} times in a row (TRL's "
+                    "RepeatSampler). Do not override the train sampler."
+                )
