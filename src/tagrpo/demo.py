@@ -7,7 +7,6 @@ progress bar showing reward and uniform-reward fractions. Sized for < 15 minutes
 
 from __future__ import annotations
 
-import json
 import time
 from importlib import resources
 from pathlib import Path
@@ -26,29 +25,8 @@ def preset_path(name: str) -> Path:
     return p
 
 
-def quick_pass_at_k(model, tokenizer, rows, *, n: int, ks, temperature: float, max_new_tokens: int, template: str, seed: int) -> dict:
-    """pass@k over rows with the training rollout engine and reward (same prompts, same seed)."""
-    from tagrpo.eval import pass_at_k
-    from tagrpo.rewards import math_reward
-    from tagrpo.rollout import HFGenerateEngine, SamplingParams, build_prompt_ids
-
-    engine = HFGenerateEngine(model, tokenizer, max_batch_size=64)
-    prompts = [build_prompt_ids(tokenizer, r["question"], template) for r in rows for _ in range(n)]
-    comps = engine.generate(prompts, SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed))
-    correct = [0] * len(rows)
-    samples = []
-    for j, c in enumerate(comps):
-        r = math_reward(c.text, rows[j // n]["answer"])
-        correct[j // n] += int(r)
-        samples.append({"question": rows[j // n]["question"], "completion": c.text, "reward": r})
-    return {
-        "n": n, "questions": len(rows),
-        "pass@k": {str(k): sum(pass_at_k(n, c, k) for c in correct) / len(rows) for k in ks},
-        "samples": samples,
-    }
-
-
-def run_demo(output_dir: Path = Path("runs/demo"), steps: int | None = None) -> dict:
+def run_demo(output_dir: Path = Path("runs/demo"), steps: int | None = None, overrides: list[str] | tuple[str, ...] = (),
+             heldout_questions: int = HELDOUT_QUESTIONS, heldout_samples: int = HELDOUT_SAMPLES) -> dict:
     import torch
     from rich.console import Console
     from rich.table import Table
@@ -59,46 +37,59 @@ def run_demo(output_dir: Path = Path("runs/demo"), steps: int | None = None) -> 
     from tagrpo.train.trainer import Trainer
 
     console = Console()
-    overrides = [f"output_dir={output_dir}"] + ([f"steps={steps}"] if steps else [])
+    overrides = [f"output_dir={output_dir}"] + ([f"steps={steps}"] if steps else []) + list(overrides)
     cfg = load_config(preset_path("demo"), overrides)
     console.print(
         f"[bold]tagrpo demo[/bold]: TA-GRPO (N={cfg.num_neighbors} rule neighbors, G={cfg.samples_per_variant}) on the embedded "
         f"SmolLM2-135M-Instruct, {cfg.steps} steps x {cfg.questions_per_step} arithmetic questions, then pass@k on "
-        f"{HELDOUT_QUESTIONS} held-out problems before/after.\n"
+        f"{heldout_questions} held-out problems before/after.\n"
         "Offline, CPU only; it takes about 10 minutes on 2 cores (under 15). Run directory: " + str(output_dir)
     )
     t_start = time.perf_counter()
     trainer = Trainer(cfg, console=console)
     trainer.setup()
-    heldout = generate_problems(HELDOUT_QUESTIONS, cfg.arith_difficulty, seed=HELDOUT_SEED, id_prefix="heldout")
+    heldout = generate_problems(heldout_questions, cfg.arith_difficulty, seed=HELDOUT_SEED, id_prefix="heldout")
     policy = trainer.acc.unwrap_model(trainer.model)
-    ev = dict(n=HELDOUT_SAMPLES, ks=HELDOUT_KS, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens,
-              template=cfg.prompt_template, seed=HELDOUT_SEED)
-    console.print("evaluating the base model ...")
-    before = quick_pass_at_k(policy, trainer.tokenizer, heldout, **ev)
+    from tagrpo.eval.runner import evaluate, make_document, write_document
+    from tagrpo.rollout import SamplingParams
+
+    sampling = SamplingParams(temperature=cfg.temperature, top_p=1.0, max_new_tokens=cfg.max_new_tokens, seed=HELDOUT_SEED)
+    ev = dict(n=heldout_samples, ks=[k for k in HELDOUT_KS if k <= heldout_samples], sampling=sampling, template=cfg.prompt_template,
+              batch_size=64, diversity=True, label="arith-heldout")
+    ks = [k for k in HELDOUT_KS if k <= heldout_samples]
+    settings = {"n": heldout_samples, "k": ks, "temperature": cfg.temperature,
+                "max_new_tokens": cfg.max_new_tokens, "seed": HELDOUT_SEED, "questions": heldout_questions}
+    console.print("evaluating the base model on the held-out problems ...")
+    before = evaluate(policy, trainer.tokenizer, heldout, **ev)
     prog, make = progress_printer(console, cfg.steps)
     with prog:
         task = prog.add_task("", total=cfg.steps)
         last = trainer.train(progress=make(task, 0))
-    console.print("evaluating the trained model ...")
-    after = quick_pass_at_k(policy, trainer.tokenizer, heldout, **ev)
+    console.print("evaluating the trained model on the same problems and seeds ...")
+    after = evaluate(policy, trainer.tokenizer, heldout, **ev)
     out = Path(cfg.output_dir)
-    (out / "eval_before.json").write_text(json.dumps({"model": "base", "arith-heldout": before}, indent=1))
-    (out / "eval_after.json").write_text(json.dumps({"model": "ta-grpo", "arith-heldout": after}, indent=1))
+    write_document(out / "eval_before.json", make_document([{"name": "base", "path": cfg.model, "benchmarks": {"arith-heldout": before}}], settings))
+    write_document(out / "eval_after.json", make_document([{"name": "ta-grpo", "path": str(out / "final"), "benchmarks": {"arith-heldout": after}}], settings))
 
-    table = Table(title=f"held-out arithmetic (difficulty {cfg.arith_difficulty}), {HELDOUT_QUESTIONS} questions x {HELDOUT_SAMPLES} samples, T={cfg.temperature}")
+    table = Table(title=f"held-out arithmetic (difficulty {cfg.arith_difficulty}), {heldout_questions} questions x {heldout_samples} samples, T={cfg.temperature}")
     for col in ("metric", "base", f"after {cfg.steps} TA-GRPO steps", "change"):
         table.add_column(col, justify="right")
-    for k in HELDOUT_KS:
+    for k in ks:
         b, a = before["pass@k"][str(k)], after["pass@k"][str(k)]
         table.add_row(f"pass@{k}", f"{b:.3f}", f"{a:.3f}", f"{a - b:+.3f}")
+    for key, name in (("mean_response_length", "response tokens"), ("truncation_rate", "truncated"), ("diversity", "diversity")):
+        b, a = before.get(key), after.get(key)
+        if isinstance(b, (int, float)) and isinstance(a, (int, float)):
+            table.add_row(name, f"{b:.3f}", f"{a:.3f}", f"{a - b:+.3f}")
     console.print(table)
     m = last or {}
     if m:
         console.print(f"last step: reward {m['reward/mean']:.2f}, uniform q0 {m['uniform/q0']:.2f}, uniform family "
                       f"{m['uniform/family']:.2f}, {m['time/step']:.0f} s/step")
     console.print(f"done in {time.perf_counter() - t_start:.0f} s. Run directory: {out}  (metrics.jsonl, final/, eval_*.json)")
-    console.print(f"Note: {cfg.steps} steps on CPU move pass@k by noise-sized amounts; see benchmarks/ for the study.")
+    console.print(f"Plots and an HTML page: tagrpo report {out}\n"
+                  f"Note: {cfg.steps} steps on CPU move pass@k by noise-sized amounts; the uniform-reward fractions "
+                  "(q0 view vs family view) show the mechanism.")
     _ = torch
     return {"before": before, "after": after, "last": m}
 
