@@ -88,8 +88,8 @@ def run_demo(output_dir: Path = Path("runs/demo"), steps: int | None = None, ove
                       f"{m['uniform/family']:.2f}, {m['time/step']:.0f} s/step")
     console.print(f"done in {time.perf_counter() - t_start:.0f} s. Run directory: {out}  (metrics.jsonl, final/, eval_*.json)")
     console.print(f"Plots and an HTML page: tagrpo report {out}\n"
-                  f"Note: {cfg.steps} steps on CPU move pass@k by noise-sized amounts; the uniform-reward fractions "
-                  "(q0 view vs family view) show the mechanism.")
+                  f"Note: {heldout_questions} questions x {heldout_samples} samples is a small sample (a few points of pass@k "
+                  "is noise); the uniform-reward fractions (q0 view vs family view) in metrics.jsonl show the mechanism.")
     _ = torch
     return {"before": before, "after": after, "last": m}
 
