@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -67,17 +66,11 @@ def embedded_model_dir() -> Path:
         model.tie_weights()
     if getattr(tok, "chat_template", None) is None and getattr(src.config, "chat_template", None):
         tok.chat_template = src.config.chat_template
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{EMBEDDED_NAME}-", dir=target.parent))
-    try:
+    from tagrpo._fs import atomic_directory
+
+    with atomic_directory(target) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return target
 
 

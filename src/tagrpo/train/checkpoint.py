@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
-import tempfile
 from pathlib import Path
+
+from tagrpo._fs import atomic_directory
 
 MARKER = "COMPLETE"
 
@@ -35,19 +35,12 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, optimizer, sched
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{step}"
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-step-{step}-", dir=root))
-    try:
+    with atomic_directory(final) as tmp:
         model.save_pretrained(tmp / "model", safe_serialization=True)
         tokenizer.save_pretrained(tmp / "model")
         torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": _rng_state()}, tmp / "state.pt")
         (tmp / "trainer_state.json").write_text(json.dumps({"step": step, **extra}, indent=2))
         (tmp / MARKER).write_text("ok\n")
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     for old in list_checkpoints(run_dir)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from tagrpo.errors import TagrpoError
-from tagrpo.train.batch import Sample, advantage_group_ids, collate, pack_micro_batches, q0_group_mask, training_prompt
+from tagrpo.train.batch import Sample, advantage_group_ids, collate, pack_micro_batches, training_prompt
 from tagrpo.train.config import TrainConfig, dump_config
 
 
@@ -678,20 +678,16 @@ class Trainer:
         out = self.run_dir / "final"
         self.acc.wait_for_everyone()
         if self.acc.is_main_process:
-            import shutil
-            import tempfile
+            from tagrpo._fs import atomic_directory
 
             model = self.acc.unwrap_model(self.model)
             if self.cfg.lora:
                 import copy
 
                 model = copy.deepcopy(model).merge_and_unload()
-            tmp = Path(tempfile.mkdtemp(prefix=".final-", dir=self.run_dir))
-            model.save_pretrained(tmp, safe_serialization=True)
-            self.tokenizer.save_pretrained(tmp)
-            if out.exists():
-                shutil.rmtree(out)
-            os.replace(tmp, out)
+            with atomic_directory(out) as tmp:
+                model.save_pretrained(tmp, safe_serialization=True)
+                self.tokenizer.save_pretrained(tmp)
         self.acc.wait_for_everyone()
         return out
 
