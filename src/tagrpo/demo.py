@@ -27,7 +27,6 @@ def preset_path(name: str) -> Path:
 
 def run_demo(output_dir: Path = Path("runs/demo"), steps: int | None = None, overrides: list[str] | tuple[str, ...] = (),
              heldout_questions: int = HELDOUT_QUESTIONS, heldout_samples: int = HELDOUT_SAMPLES) -> dict:
-    import torch
     from rich.console import Console
     from rich.table import Table
 
@@ -90,14 +89,11 @@ def run_demo(output_dir: Path = Path("runs/demo"), steps: int | None = None, ove
     console.print(f"Plots and an HTML page: tagrpo report {out}\n"
                   f"Note: {heldout_questions} questions x {heldout_samples} samples is a small sample (a few points of pass@k "
                   "is noise); the uniform-reward fractions (q0 view vs family view) in metrics.jsonl show the mechanism.")
-    _ = torch
     return {"before": before, "after": after, "last": m}
 
 
 def run_answer_demo(model_name: str = "smollm2-135m-instruct", max_new_tokens: int = 128) -> list[dict]:
     """Smoke check: the embedded model answers three built-in questions, scored with math_reward."""
-    import torch
-
     from tagrpo.models import load_policy
     from tagrpo.rewards import math_reward
     from tagrpo.rollout import HFGenerateEngine, SamplingParams, build_prompt_ids
@@ -107,5 +103,4 @@ def run_answer_demo(model_name: str = "smollm2-135m-instruct", max_new_tokens: i
           ("A book costs $8 and a pen costs $2. How much do 2 books and 1 pen cost?", "18")]
     engine = HFGenerateEngine(model, tok)
     comps = engine.generate([build_prompt_ids(tok, q) for q, _ in qs], SamplingParams(do_sample=False, max_new_tokens=max_new_tokens))
-    _ = torch
     return [{"question": q, "completion": c.text, "gold": a, "reward": math_reward(c.text, a)} for (q, a), c in zip(qs, comps)]

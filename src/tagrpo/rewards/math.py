@@ -40,8 +40,6 @@ def _strip_decorations(s: str) -> str:
     s = s.replace("{,}", "")
     s = _THOUSANDS.sub("", s)
     s = s.strip().rstrip(".").strip()
-    if s.startswith("\\left(") or s.startswith("(") and s.endswith(")") and s.count("(") == 1:
-        pass
     return s
 
 

@@ -13,6 +13,7 @@ as a 1-process run; metrics are gathered across ranks.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -250,17 +251,22 @@ class Trainer:
         built, _ = build_neighbors([{**r, "id": i} for i, r in usable], RuleBackend(seed=self.cfg.seed), options=BuildOptions(n=n))
         return {int(b["id"]): list(b.get("neighbors") or []) for b in built}
 
+    def _epoch_order(self, epoch: int) -> list[int]:
+        """The data order of one epoch, a seeded permutation (made once per epoch)."""
+        if getattr(self, "_order", (None,))[0] != epoch:
+            perm = list(range(len(self.data)))
+            random.Random(_seed_for(self.cfg.seed, 7919, epoch)).shuffle(perm)
+            self._order = (epoch, perm)
+        return self._order[1]
+
     def families_for_step(self, step: int) -> list[tuple[int, dict]]:
         """(global family index, row) for this process: the step's P families, this rank's share."""
         p = self.cfg.questions_per_step
         n = len(self.data)
         fams = []
         for j in range(p):
-            g = step * p + j
-            epoch, pos = divmod(g, n)
-            perm = list(range(n))
-            random.Random(_seed_for(self.cfg.seed, 7919, epoch)).shuffle(perm)
-            fams.append((j, self.data[perm[pos]]))
+            epoch, pos = divmod(step * p + j, n)
+            fams.append((j, self.data[self._epoch_order(epoch)[pos]]))
         per = p // self.world
         return fams[self.rank * per : (self.rank + 1) * per]
 
@@ -452,8 +458,6 @@ class Trainer:
         return out
 
     def _no_grad_logprobs(self, model, rows, batches, disable_adapter: bool = False):
-        import contextlib
-
         import torch
 
         res: dict[int, object] = {}
@@ -528,7 +532,7 @@ class Trainer:
                 for b_i, mb in enumerate(batches):
                     want_ent = epoch == 0
                     sync = b_i == len(batches) - 1
-                    ctx = self.acc.no_sync(self.model) if (self.world > 1 and not sync) else _null()
+                    ctx = self.acc.no_sync(self.model) if (self.world > 1 and not sync) else contextlib.nullcontext()
                     with ctx:
                         logp, rmask, ent = self._mb_logprobs(self.model, rows, mb, want_ent)
                         t = logp.shape[1]
@@ -770,14 +774,6 @@ class Trainer:
             if self.tb is not None:
                 self.tb.close()
         return last
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False
 
 
 def _stack(rows, t: int):
