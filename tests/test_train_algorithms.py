@@ -195,8 +195,10 @@ def test_shared_prefix_on_and_off_give_the_same_update(tmp_path):
     b = _trainer(tmp_path / "b", "algorithm=ta-grpo", "shared_prefix=false")
     a.train_step(0)
     b.train_step(0)
+    # lr 0.01 AdamW moves every weight by ~1e-2; 1e-4 leaves room for Adam's amplification of
+    # float noise in near-zero gradient entries, and none for a different update
     for (_, pa), (_, pb) in zip(a.model.named_parameters(), b.model.named_parameters()):
-        torch.testing.assert_close(pa, pb, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(pa, pb, atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("reward", ["tagrpo.rewards.toy:parity_on_even_answers", "tagrpo.rewards:math_reward"])

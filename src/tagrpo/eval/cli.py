@@ -48,6 +48,7 @@ def eval_command(
     system: str | None = typer.Option(None, "--system", help="System message (default: none)."),
     question_field: str | None = typer.Option(None, "--question-field", help="Question field of a data file (default: question/problem)."),
     answer_field: str | None = typer.Option(None, "--answer-field", help="Answer field of a data file (default: answer/solution)."),
+    dtype: str = typer.Option("fp32", "--dtype", help="Sampling weights: fp32, or bf16 (a bfloat16 copy; about 2x faster on CPUs with bf16 matmul units)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     from rich.console import Console
@@ -58,6 +59,8 @@ def eval_command(
 
     ks = parse_ks(k)
     check_ks(ks, n)  # before loading anything
+    if dtype not in ("fp32", "bf16"):
+        raise TagrpoError(f"--dtype {dtype!r} is not valid; choose one of fp32, bf16")
     if limit is not None and limit < 1:
         raise TagrpoError(f"--limit must be >= 1, got {limit}")
     if template is not None and "{question}" not in template:
@@ -87,7 +90,7 @@ def eval_command(
 
     settings = {
         "n": n, "k": ks, "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens, "seed": seed,
-        "greedy": greedy, "limit": limit, "batch_size": batch_size, "data": list(data),
+        "greedy": greedy, "limit": limit, "batch_size": batch_size, "dtype": dtype, "data": list(data),
         "data_dir": str(data_dir) if data_dir else None, "template": template, "system": system,
         "diversity_model": None if no_diversity else (diversity_model or "all-MiniLM-L6-v2"),
     }
@@ -100,7 +103,7 @@ def eval_command(
         for label, rows in datasets:
             entry["benchmarks"][label] = evaluate(
                 policy, tok, rows, n, ks, sampling, greedy=greedy, batch_size=batch_size, template=template,
-                system=system, diversity=not no_diversity, diversity_model=diversity_model,
+                system=system, diversity=not no_diversity, diversity_model=diversity_model, dtype=dtype,
                 progress=not quiet, label=f"{name} · {label}",
             )
             r = entry["benchmarks"][label]

@@ -168,6 +168,7 @@ def evaluate(
     diversity: bool = True,
     diversity_model: Any = None,
     engine=None,
+    dtype: str = "fp32",
     progress: bool = False,
     label: str = "eval",
 ) -> dict:
@@ -182,7 +183,8 @@ def evaluate(
     computed when `diversity` and n >= 2. Result keys: n_questions, n_samples, pass@k
     {"1": .., "2": ..}, mean_reward, greedy_accuracy (if greedy), mean_response_length (tokens),
     truncation_rate, diversity, sampling, prompt_template, time_s, and questions (every sample
-    with text, reward, tokens, finished).
+    with text, reward, tokens, finished). `dtype` "bf16" samples from a bfloat16 copy of the
+    weights (about 2x faster on CPUs with bf16 matmul units).
     """
     from tagrpo.rollout import HFGenerateEngine, SamplingParams, build_prompt_ids
 
@@ -194,7 +196,7 @@ def evaluate(
     if not rows:
         raise TagrpoError("no questions to evaluate")
     sampling = sampling or SamplingParams(temperature=0.6, top_p=0.95, max_new_tokens=256, seed=0)
-    engine = engine or HFGenerateEngine(model, tokenizer, max_batch_size=batch_size)
+    engine = engine or HFGenerateEngine(model, tokenizer, max_batch_size=batch_size, dtype=dtype)
     t0 = time.perf_counter()
 
     prompts, templates = [], []

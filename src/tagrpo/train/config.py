@@ -42,7 +42,8 @@ class TrainConfig:
     lora_alpha: int = doc("LoRA alpha.", 32)
     lora_dropout: float = doc("LoRA dropout.", 0.0)
     lora_target_modules: str = doc("Comma-separated module names, or 'all-linear'.", "all-linear")
-    autocast: str = doc("bf16 autocast for the training forward/backward on CPU ('bf16') or fp32 ('none').", "bf16")
+    autocast: str = doc("bf16 autocast for the training forward/backward on CPU ('bf16') or fp32 ('none'); "
+                        "with 'bf16' rollouts sample from a bf16 copy of the weights too.", "bf16")
     threads: int = doc("torch.set_num_threads (0 = leave torch's default).", 0)
     # --- algorithm -----------------------------------------------------------------------
     algorithm: str = doc(f"One of {', '.join(ALGORITHMS)}.", "ta-grpo")

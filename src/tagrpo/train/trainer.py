@@ -107,7 +107,8 @@ class Trainer:
             self.nonfinite_skips = int(state.get("nonfinite_skips", 0))
         else:
             self.sampled_tokens = 0
-        self.engine = HFGenerateEngine(self.acc.unwrap_model(self.model), self.tokenizer, max_batch_size=cfg.generate_batch_size)
+        self.engine = HFGenerateEngine(self.acc.unwrap_model(self.model), self.tokenizer, max_batch_size=cfg.generate_batch_size,
+                                     dtype="bf16" if cfg.autocast == "bf16" else "fp32")
         self.data = self._load_data()
         from tagrpo.train.rewards import RewardRunner
 
