@@ -1,0 +1,228 @@
+"""tagrpo vs TRL GRPOTrainer: seconds per training step on this CPU, side by side (issue 6, part 2).
+
+Same model (the embedded SmolLM2-135M-Instruct, HF format from the tagrpo model cache), same
+prompts (built-in arithmetic problems, difficulty 1, in the chat template with the same user
+template), the same 16 completions per step, max 64 new tokens, T=0.6, top-p 1, top-k 0,
+bf16 autocast, beta 0 (no reference model), one PPO epoch, token-mean loss (TRL "dapo"), and
+one micro-batch per step (TRL: per_device_train_batch_size 16, no gradient accumulation;
+tagrpo: micro_batch_tokens large enough for all rows):
+
+- trl-grpo:        TRL GRPOTrainer, 4 prompts x 4 completions
+- tagrpo-grpo:     tagrpo, algorithm grpo, 4 questions x G=4
+- tagrpo-grpo-noskip: the same with skip_zero_adv off (every row runs forward/backward, as in TRL)
+- tagrpo-ta-grpo:  tagrpo, algorithm ta-grpo, 1 question x (N=3 neighbors + 1) x G=4
+
+Each configuration runs in its own subprocess (clean peak RSS) for WARMUP + STEPS optimizer
+steps; the table holds medians over the timed steps. Generation time for TRL is the time in
+`_generate_and_score_completions` (generation, reward, advantages), measured by a subclass that
+only wraps it with a timer; train = step - that. A 2048x2048 bf16 matmul is timed before and
+after the configurations in the parent process as the FLOP/s reference.
+
+    .venv/bin/python benchmarks/speed_vs_trl/bench.py --steps 5 --warmup 1 --out benchmarks/speed_vs_trl/results
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+TEMPLATE = "{question}\nPut your final answer within \\boxed{{}}."
+Q_PER_STEP, G, MAX_NEW, TEMP, LR = 4, 4, 64, 0.6, 1e-5
+CONFIGS = ["trl-grpo", "tagrpo-grpo", "tagrpo-grpo-noskip", "tagrpo-ta-grpo"]
+
+
+def rows(n: int = 256) -> list[dict]:
+    from tagrpo.data.arith import generate_problems
+
+    return generate_problems(n, 1, seed=0, id_prefix="bench")
+
+
+# ------------------------------------------------------------------------------ children
+def child_tagrpo(name: str, steps: int, out: Path, workdir: Path) -> dict:
+    from tagrpo.train.config import load_config
+    from tagrpo.train.trainer import Trainer
+
+    algo = "ta-grpo" if name == "tagrpo-ta-grpo" else "grpo"
+    q = 1 if algo == "ta-grpo" else Q_PER_STEP
+    sets = [f"algorithm={algo}", "model=smollm2-135m-instruct", "neighbors=rules", "num_neighbors=3",
+            f"samples_per_variant={G}", f"questions_per_step={q}", f"max_new_tokens={MAX_NEW}", f"temperature={TEMP}",
+            "top_p=1.0", "beta=0.0", f"lr={LR}", "schedule=constant", "warmup_ratio=0.0", "autocast=bf16",
+            "micro_batch_tokens=16384", "generate_batch_size=64", "tensorboard=false", "save_final=false",
+            f"steps={steps}", f"output_dir={workdir / 'run'}", "agg=token-mean",
+            f"skip_zero_adv={'false' if name.endswith('noskip') else 'true'}"]
+    t = Trainer(load_config(None, sets), rows=rows())
+    t.setup()
+    recs = []
+    for step in range(steps):
+        m = t.train_step(step)
+        recs.append({"step": m["time/step"], "gen": m["time/generate"] + m["time/reward"], "train": m["time/train"],
+                     "completions": m.get("train/rows", 0),
+                     "sampled_tokens": m["perf/sampled_tokens"],
+                     "train_tokens": m["train/tokens"],
+                     "flop_tokens_fwd_bwd": m["train/computed_tokens_fwd_bwd"], "flop_tokens_fwd": m["train/computed_tokens_fwd"],
+                     "reward": m["reward/mean"]})
+    n_params = sum(p.numel() for p in t.model.parameters())
+    return {"steps": recs, "n_params": n_params}
+
+
+def child_trl(name: str, steps: int, out: Path, workdir: Path) -> dict:
+    import torch
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+
+    from tagrpo.models import embedded_model_dir
+    from tagrpo.rewards import math_reward
+
+    path = embedded_model_dir()
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    ds = Dataset.from_list([{"prompt": [{"role": "user", "content": TEMPLATE.format(question=r["question"])}],
+                             "answer": r["answer"]} for r in rows()])
+
+    def reward(completions, answer, **kw):
+        return [math_reward(c[0]["content"], a) for c, a in zip(completions, answer)]
+
+    recs: list[dict] = []
+    cur: dict = {}
+
+    class Timed(GRPOTrainer):  # only a timer around the generation phase; the work is TRL's
+        def _generate_and_score_completions(self, inputs):
+            t0 = time.perf_counter()
+            res = super()._generate_and_score_completions(inputs)
+            cur["gen"] = cur.get("gen", 0.0) + time.perf_counter() - t0
+            cm, pm = res["completion_mask"], res["prompt_mask"]
+            cur["sampled_tokens"] = int(cm.sum())
+            cur["train_tokens"] = int(cm.sum() + pm.sum())
+            cur["flop_tokens_fwd_bwd"] = int(cm.shape[0] * (cm.shape[1] + pm.shape[1]))  # padded rows run in full
+            cur["completions"] = int(cm.shape[0])
+            return res
+
+    class Clock(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kw):
+            cur.clear()
+            cur["t0"] = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            dt = time.perf_counter() - cur.pop("t0")
+            recs.append({"step": dt, "gen": cur["gen"], "train": dt - cur["gen"], "completions": cur["completions"],
+                         "sampled_tokens": cur["sampled_tokens"], "train_tokens": cur["train_tokens"],
+                         "flop_tokens_fwd_bwd": cur["flop_tokens_fwd_bwd"], "flop_tokens_fwd": 0})
+
+    args = GRPOConfig(
+        output_dir=str(workdir / "trl"), max_steps=steps, per_device_train_batch_size=Q_PER_STEP * G,
+        gradient_accumulation_steps=1, num_generations=G, max_completion_length=MAX_NEW, temperature=TEMP,
+        top_p=1.0, top_k=0, beta=0.0, loss_type="dapo", learning_rate=LR, lr_scheduler_type="constant",
+        warmup_steps=0, bf16=True, use_cpu=True, logging_steps=1, report_to="none", save_strategy="no",
+        shuffle_dataset=False, dataloader_num_workers=0, num_iterations=1, seed=0, disable_tqdm=True,
+    )
+    tr = Timed(model=model, reward_funcs=reward, args=args, train_dataset=ds, processing_class=tok, callbacks=[Clock()])
+    tr.train()
+    return {"steps": recs, "n_params": sum(p.numel() for p in model.parameters())}
+
+
+def child(name: str, steps: int, out: Path) -> None:
+    import resource
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        fn = child_trl if name.startswith("trl") else child_tagrpo
+        res = fn(name, steps, out, Path(d))
+    res["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out.write_text(json.dumps(res))
+
+
+# ------------------------------------------------------------------------------ parent
+def matmul_flops(n: int = 2048, reps: int = 20) -> float:
+    import torch
+
+    a, b = torch.randn(n, n, dtype=torch.bfloat16), torch.randn(n, n, dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        a @ b
+    return 2 * n**3 * reps / (time.perf_counter() - t0)
+
+
+def summarize(name: str, res: dict, warmup: int, peak: float) -> dict:
+    timed = res["steps"][warmup:]
+    med = lambda k: statistics.median(r[k] for r in timed)  # noqa: E731
+    p = res["n_params"]
+    flops = [(6 * p * r["flop_tokens_fwd_bwd"] + 2 * p * r["flop_tokens_fwd"]) / r["train"] for r in timed if r["train"] > 0]
+    return {
+        "config": name, "completions/step": med("completions"), "step s": med("step"), "generate s": med("gen"),
+        "train s": med("train"), "sampled tok/s": statistics.median(r["sampled_tokens"] / r["step"] for r in timed),
+        "train tok/s": statistics.median(r["train_tokens"] / r["train"] for r in timed),
+        "train GFLOP/s": statistics.median(flops) / 1e9 if flops else float("nan"),
+        "vs bf16 matmul": statistics.median(flops) / peak if flops else float("nan"),
+        "peak RSS MB": res["peak_rss_mb"], "step s (all)": [round(r["step"], 2) for r in res["steps"]],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--steps", type=int, default=5, help="timed optimizer steps per configuration")
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--only", default="", help="comma-separated subset of: " + ", ".join(CONFIGS))
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/speed_vs_trl/results"))
+    ap.add_argument("--child", nargs=3, metavar=("NAME", "STEPS", "OUT"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args.child[0], int(args.child[1]), Path(args.child[2]))
+        return
+    import torch
+    import transformers
+    import trl
+
+    names = [n for n in CONFIGS if not args.only or n in args.only.split(",")]
+    args.out.mkdir(parents=True, exist_ok=True)
+    peak_before = matmul_flops()
+    raw, rows_out = {}, []
+    for name in names:
+        f = args.out / f"raw-{name}.json"
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, __file__, "--child", name, str(args.steps + args.warmup), str(f)], check=True)
+        print(f"{name}: {time.perf_counter() - t0:.0f} s", flush=True)
+        raw[name] = json.loads(f.read_text())
+    peak_after = matmul_flops()
+    peak = max(peak_before, peak_after)
+    for name in names:
+        rows_out.append(summarize(name, raw[name], args.warmup, peak))
+    doc = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "date": time.strftime("%Y-%m-%d %H:%M"),
+           "machine": f"{platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}, "
+                      f"transformers {transformers.__version__}, trl {trl.__version__}",
+           "bf16_matmul_gflops": {"before": peak_before / 1e9, "after": peak_after / 1e9}, "rows": rows_out}
+    (args.out / "results.json").write_text(json.dumps(doc, indent=1))
+    print(markdown(doc))
+    (args.out / "results.md").write_text(markdown(doc))
+
+
+def markdown(doc: dict) -> str:
+    cols = ["config", "completions/step", "step s", "generate s", "train s", "sampled tok/s", "train tok/s", "train GFLOP/s",
+            "vs bf16 matmul", "peak RSS MB"]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in doc["rows"]:
+        lines.append("| " + " | ".join(f"{r[c]:.3g}" if isinstance(r[c], float) else str(r[c]) for c in cols) + " |")
+    trl_row = next((r for r in doc["rows"] if r["config"] == "trl-grpo"), None)
+    if trl_row:
+        lines += ["", "| config | step / TRL | generate / TRL | train / TRL | peak RSS / TRL |", "|---|---|---|---|---|"]
+        for r in doc["rows"]:
+            if r is trl_row:
+                continue
+            lines.append(f"| {r['config']} | {r['step s'] / trl_row['step s']:.2f}x | {r['generate s'] / trl_row['generate s']:.2f}x | "
+                         f"{r['train s'] / trl_row['train s']:.2f}x | {r['peak RSS MB'] / trl_row['peak RSS MB']:.2f}x |")
+    m = doc["bf16_matmul_gflops"]
+    lines += ["", f"bf16 2048x2048 matmul: {m['before']:.0f} GFLOP/s before, {m['after']:.0f} after (the larger is the reference).",
+              f"Command: `{doc['command']}` ({doc['date']}); {doc['machine']}."]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
