@@ -66,6 +66,10 @@ class Trainer:
         self.resume = resume
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
+        if cfg.keep_freed_memory:
+            from tagrpo._malloc import keep_freed_memory
+
+            keep_freed_memory()
         random.seed(cfg.seed)
         torch.manual_seed(cfg.seed)
         self.skipped_rows: list[str] = []
@@ -156,6 +160,15 @@ class Trainer:
             from transformers import AutoModelForCausalLM
 
             model = AutoModelForCausalLM.from_pretrained(ckpt / "model", dtype=torch.float32)
+        attn = cfg.attn_implementation
+        if attn == "auto":
+            attn = "eager" if not torch.cuda.is_available() else None
+        if attn:  # on the reference copy too, and before the peft wrapper
+            try:
+                for m in (model, ref) if ref is not None else (model,):
+                    m.set_attn_implementation(attn)
+            except (ValueError, ImportError) as e:
+                raise TagrpoError(f"config field 'attn_implementation': {attn!r} cannot be used with this model: {e}") from None
         tok.padding_side = "left"
         if tok.pad_token is None:
             tok.pad_token = tok.eos_token
@@ -380,31 +393,48 @@ class Trainer:
         ent = token_entropy(logits.detach()) if want_entropy else None  # (b, T)
         return logp, rmask, ent
 
-    def _forward_logprobs_shared(self, model, prompt, responses, want_entropy: bool = False):
-        """Log-probs of several responses to ONE prompt: the prompt is run once, its KV cache is
-        repeated over the responses, and gradients flow back through it. Same values as
-        `_forward_logprobs` on (prompt + response) rows, with the prompt's compute paid once."""
+    def _forward_logprobs_shared(self, model, prompts, responses, groups=None, want_entropy: bool = False):
+        """Log-probs of responses to a few shared prompts: each distinct prompt is run once (left
+        padded to the longest), its KV cache row is gathered for every response of that prompt
+        (`groups[i]` = index into `prompts` of response i; default all 0), and gradients flow back
+        through it. Same values as `_forward_logprobs` on (prompt + response) rows, with each
+        prompt's compute paid once: for TA-GRPO one anchor q0 per family, for GRPO one per question."""
         import torch
 
         from tagrpo.core import selective_log_softmax, token_entropy
 
+        if prompts and isinstance(prompts[0], int):  # a single prompt
+            prompts = [prompts]
         b = len(responses)
+        groups = [0] * b if groups is None else groups
+        k = len(prompts)
+        pm = max(len(p) for p in prompts)
         t = max(max(len(r) for r in responses), 1)
-        p = len(prompt)
-        resp = torch.full((b, t), self.tokenizer.pad_token_id, dtype=torch.long)  # (b, T)
+        pad = self.tokenizer.pad_token_id
+        pids = torch.full((k, pm), pad, dtype=torch.long)  # (k, Pm) left padded
+        patt = torch.zeros((k, pm), dtype=torch.long)  # (k, Pm)
+        for j, p in enumerate(prompts):
+            pids[j, pm - len(p):] = torch.tensor(p, dtype=torch.long)
+            patt[j, pm - len(p):] = 1
+        ppos = (patt.cumsum(-1) - 1).clamp(min=0)  # (k, Pm) positions ignore left padding
+        resp = torch.full((b, t), pad, dtype=torch.long)  # (b, T)
         rmask = torch.zeros((b, t), dtype=torch.float32)  # (b, T)
         for i, r in enumerate(responses):
             resp[i, : len(r)] = torch.tensor(r, dtype=torch.long)
             rmask[i, : len(r)] = 1.0
-        att = torch.cat([torch.ones((b, p), dtype=torch.long), rmask.long()], dim=1)  # (b, P+T)
-        pos = torch.arange(p, p + t).unsqueeze(0).expand(b, t)  # (b, T)
+        g = torch.tensor(groups, dtype=torch.long)  # (b,)
+        att = torch.cat([patt[g], rmask.long()], dim=1)  # (b, Pm+T)
+        pos = patt.sum(-1)[g].unsqueeze(1) + torch.arange(t).unsqueeze(0)  # (b, T)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.cfg.autocast == "bf16"):
-            pre = model(input_ids=torch.tensor([prompt]), use_cache=True, logits_to_keep=1)
+            pre = model(input_ids=pids, attention_mask=patt, position_ids=ppos, use_cache=True, logits_to_keep=1)
             cache = getattr(pre, "cache", None) or pre.past_key_values
-            cache.batch_repeat_interleave(b)
+            if k == 1:
+                cache.batch_repeat_interleave(b)
+            else:
+                cache.batch_select_indices(g)
             out = model(input_ids=resp, attention_mask=att, position_ids=pos, use_cache=True, logits_to_keep=t,
                         **{self._cache_kwarg(model): cache})
-        first = pre.logits[:, -1:].float().expand(b, 1, -1)  # (b, 1, V) predicts response token 0
+        first = pre.logits[:, -1:].float()[g] if k > 1 else pre.logits[:, -1:].float().expand(b, 1, -1)  # (b, 1, V)
         logits = torch.cat([first, out.logits[:, :-1].float()], dim=1) / self.cfg.temperature  # (b, T, V)
         logp = selective_log_softmax(logits, resp)  # (b, T)
         ent = token_entropy(logits.detach()) if want_entropy else None  # (b, T)
@@ -426,17 +456,23 @@ class Trainer:
         prompts = [rows[i][0] for i in mb]
         responses = [rows[i][1] for i in mb]
         t = max(len(r) for r in responses)
-        shared = self.shared_prefix and all(p == prompts[0] for p in prompts)
+        if self.shared_prefix:
+            distinct: dict[tuple, int] = {}
+            groups = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
+            uniq = [list(p) for p in distinct]
+            computed = len(uniq) * max(len(p) for p in uniq) + len(mb) * t
+        else:
+            computed = len(mb) * (max(len(p) for p in prompts) + t)
         # tokens actually run through the model (padding included), for FLOP/s accounting
-        computed = len(prompts[0]) + len(mb) * t if shared else len(mb) * (max(len(p) for p in prompts) + t)
         self.computed_tokens["fwd_bwd" if torch.is_grad_enabled() else "fwd"] += computed
-        if shared:
-            return self._forward_logprobs_shared(model, prompts[0], responses, want_entropy)
+        if self.shared_prefix:
+            return self._forward_logprobs_shared(model, uniq, responses, groups, want_entropy)
         return self._forward_logprobs(model, prompts, responses, want_entropy)
 
     def _pack(self, rows, idx: list[int]) -> list[list[int]]:
-        """Micro-batches of row indices. With shared_prefix, each holds rows of one prompt (the
-        anchor prompt for TA-GRPO: a whole family), budgeted as P + rows * T tokens."""
+        """Micro-batches of row indices. With shared_prefix, rows are ordered by prompt (the
+        anchor prompt for TA-GRPO: a whole family) and a micro-batch holds as many prompts' rows
+        as fit in the budget, counted as prompts x longest prompt + rows x longest response."""
         budget = self.cfg.micro_batch_tokens
         if not self.shared_prefix:
             lengths = [(len(rows[i][0]), len(rows[i][1])) for i in idx]
@@ -444,18 +480,23 @@ class Trainer:
         by_prompt: dict[tuple, list[int]] = {}
         for i in idx:
             by_prompt.setdefault(tuple(rows[i][0]), []).append(i)
-        out = []
+        out: list[list[int]] = []
+        cur: list[int] = []
+        n_prompts = max_p = max_t = 0
         for prompt, members in by_prompt.items():
             members.sort(key=lambda i: len(rows[i][1]))
-            cur: list[int] = []
+            new_prompt = True
             for i in members:
-                t = len(rows[i][1])
-                if cur and len(prompt) + (len(cur) + 1) * max(t, len(rows[cur[-1]][1])) > budget:
+                k = n_prompts + new_prompt
+                p, t = max(max_p, len(prompt)), max(max_t, len(rows[i][1]))
+                if cur and k * p + (len(cur) + 1) * t > budget:
                     out.append(cur)
-                    cur = []
+                    cur, n_prompts, max_p, max_t, new_prompt = [], 0, 0, 0, True
+                    k, p, t = 1, len(prompt), len(rows[i][1])
                 cur.append(i)
-            if cur:
-                out.append(cur)
+                n_prompts, max_p, max_t, new_prompt = k, p, t, False
+        if cur:
+            out.append(cur)
         return out
 
     def _no_grad_logprobs(self, model, rows, batches, disable_adapter: bool = False):

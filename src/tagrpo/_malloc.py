@@ -1,0 +1,42 @@
+"""Keep freed memory inside the process (glibc only), for CPU training speed.
+
+A training step on CPU allocates and frees tensors of tens to hundreds of MB (full-vocabulary
+logits, activations, gradients) many times. glibc serves every block above its mmap threshold
+(128 KB to 32 MB) with a fresh `mmap`, and gives it back with `munmap` on free, so each such
+tensor page-faults and is zeroed by the kernel again on every step. Turning mmap off for
+malloc and never trimming the heap lets the allocator reuse the same pages: the update of
+SmolLM2-135M runs ~1.5x faster here (benchmarks/speed_vs_trl), and the resident size stays at
+its peak instead of shrinking between steps. This is what the environment variables
+MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=... do, applied from inside the process.
+
+Large allocations from threads other than the main one still succeed: glibc retries a failed
+arena allocation in the main arena, which grows with brk.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import sys
+
+M_TRIM_THRESHOLD = -1  # glibc <malloc.h>
+M_MMAP_MAX = -4
+_TRIM_NEVER = 2**31 - 1  # mallopt takes an int: the largest trim threshold it can hold
+
+
+def keep_freed_memory() -> bool:
+    """Apply the mallopt settings above. Returns True when applied, False where there is no
+    glibc (macOS, Windows, musl); calling it twice is harmless."""
+    if not sys.platform.startswith("linux"):
+        return False
+    name = ctypes.util.find_library("c")
+    if not name:
+        return False
+    try:
+        libc = ctypes.CDLL(name)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    return bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, _TRIM_NEVER))
