@@ -174,3 +174,15 @@ def test_token_entropy_with_masked_vocabulary_is_finite():
     assert torch.isfinite(g).all()
     (g_ref,) = torch.autograd.grad(token_entropy(logits[..., :2]).sum(), logits)
     torch.testing.assert_close(g, g_ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 4, 7, 64])
+def test_token_entropy_is_the_same_whatever_the_chunking(chunk_rows):
+    logits = (torch.randn(3, 5, 11, generator=torch.Generator().manual_seed(6)) * 2).requires_grad_(True)
+    whole = token_entropy(logits, chunk_rows=10_000)
+    got = token_entropy(logits, chunk_rows=chunk_rows)
+    torch.testing.assert_close(got, whole, rtol=0, atol=1e-6)
+    (g1,) = torch.autograd.grad(got.sum(), logits)
+    (g2,) = torch.autograd.grad(whole.sum(), logits)
+    torch.testing.assert_close(g1, g2, rtol=0, atol=1e-6)
+    assert token_entropy(torch.zeros(0, 4, 11)).shape == (0, 4)

@@ -11,6 +11,12 @@ tagrpo: micro_batch_tokens large enough for all rows):
 - tagrpo-grpo:     tagrpo, algorithm grpo, 4 questions x G=4
 - tagrpo-grpo-noskip: the same with skip_zero_adv off (every row runs forward/backward, as in TRL)
 - tagrpo-ta-grpo:  tagrpo, algorithm ta-grpo, 1 question x (N=3 neighbors + 1) x G=4
+- trl-grpo-tuned:  TRL again with the two settings tagrpo's trainer applies by default on CPU
+                   (eager attention; glibc malloc keeping freed memory, via MALLOC_MMAP_MAX_=0
+                   MALLOC_TRIM_THRESHOLD_), to show how much of the gap they explain
+
+tagrpo's rows use the trainer's defaults (attn_implementation auto = eager on CPU,
+keep_freed_memory true, shared_prefix true).
 
 Each configuration runs in its own subprocess (clean peak RSS) for WARMUP + STEPS optimizer
 steps; the table holds medians over the timed steps. Generation time for TRL is the time in
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -34,7 +41,8 @@ from pathlib import Path
 
 TEMPLATE = "{question}\nPut your final answer within \\boxed{{}}."
 Q_PER_STEP, G, MAX_NEW, TEMP, LR = 4, 4, 64, 0.6, 1e-5
-CONFIGS = ["trl-grpo", "tagrpo-grpo", "tagrpo-grpo-noskip", "tagrpo-ta-grpo"]
+CONFIGS = ["trl-grpo", "tagrpo-grpo", "tagrpo-grpo-noskip", "tagrpo-ta-grpo", "trl-grpo-tuned"]
+TUNED_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**31 - 1)}
 
 
 def rows(n: int = 256) -> list[dict]:
@@ -63,6 +71,7 @@ def child_tagrpo(name: str, steps: int, out: Path, workdir: Path) -> dict:
         m = t.train_step(step)
         recs.append({"step": m["time/step"], "gen": m["time/generate"] + m["time/reward"], "train": m["time/train"],
                      "completions": m.get("train/rows", 0),
+                     "rows_trained": m.get("train/rows", 0) - m.get("train/rows_skipped_zero_adv", 0),
                      "sampled_tokens": m["perf/sampled_tokens"],
                      "train_tokens": m["train/tokens"],
                      "flop_tokens_fwd_bwd": m["train/computed_tokens_fwd_bwd"], "flop_tokens_fwd": m["train/computed_tokens_fwd"],
@@ -83,6 +92,8 @@ def child_trl(name: str, steps: int, out: Path, workdir: Path) -> dict:
     path = embedded_model_dir()
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    if name == "trl-grpo-tuned":
+        model.set_attn_implementation("eager")
     ds = Dataset.from_list([{"prompt": [{"role": "user", "content": TEMPLATE.format(question=r["question"])}],
                              "answer": r["answer"]} for r in rows()])
 
@@ -155,11 +166,14 @@ def summarize(name: str, res: dict, warmup: int, peak: float) -> dict:
     timed = res["steps"][warmup:]
     med = lambda k: statistics.median(r[k] for r in timed)  # noqa: E731
     p = res["n_params"]
-    flops = [(6 * p * r["flop_tokens_fwd_bwd"] + 2 * p * r["flop_tokens_fwd"]) / r["train"] for r in timed if r["train"] > 0]
+    # steps whose rows were all skipped (every advantage 0) ran no forward/backward: no FLOP/s
+    flops = [(6 * p * r["flop_tokens_fwd_bwd"] + 2 * p * r["flop_tokens_fwd"]) / r["train"] for r in timed
+             if r["train"] > 0 and r["flop_tokens_fwd_bwd"] > 0]
     return {
         "config": name, "completions/step": med("completions"), "step s": med("step"), "generate s": med("gen"),
         "train s": med("train"), "sampled tok/s": statistics.median(r["sampled_tokens"] / r["step"] for r in timed),
         "train tok/s": statistics.median(r["train_tokens"] / r["train"] for r in timed),
+        "rows trained/step": statistics.median(r.get("rows_trained", r["completions"]) for r in timed),
         "train GFLOP/s": statistics.median(flops) / 1e9 if flops else float("nan"),
         "vs bf16 matmul": statistics.median(flops) / peak if flops else float("nan"),
         "peak RSS MB": res["peak_rss_mb"], "step s (all)": [round(r["step"], 2) for r in res["steps"]],
@@ -188,7 +202,8 @@ def main() -> None:
     for name in names:
         f = args.out / f"raw-{name}.json"
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, __file__, "--child", name, str(args.steps + args.warmup), str(f)], check=True)
+        env = {**os.environ, **(TUNED_ENV if name == "trl-grpo-tuned" else {})}
+        subprocess.run([sys.executable, __file__, "--child", name, str(args.steps + args.warmup), str(f)], check=True, env=env)
         print(f"{name}: {time.perf_counter() - t0:.0f} s", flush=True)
         raw[name] = json.loads(f.read_text())
     peak_after = matmul_flops()
@@ -205,11 +220,12 @@ def main() -> None:
 
 
 def markdown(doc: dict) -> str:
-    cols = ["config", "completions/step", "step s", "generate s", "train s", "sampled tok/s", "train tok/s", "train GFLOP/s",
+    cols = ["config", "completions/step", "rows trained/step", "step s", "generate s", "train s", "sampled tok/s", "train tok/s", "train GFLOP/s",
             "vs bf16 matmul", "peak RSS MB"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in doc["rows"]:
-        lines.append("| " + " | ".join(f"{r[c]:.3g}" if isinstance(r[c], float) else str(r[c]) for c in cols) + " |")
+        lines.append("| " + " | ".join(("–" if r[c] != r[c] else f"{r[c]:.3g}") if isinstance(r[c], float) else str(r[c])
+                                       for c in cols) + " |")
     trl_row = next((r for r in doc["rows"] if r["config"] == "trl-grpo"), None)
     if trl_row:
         lines += ["", "| config | step / TRL | generate / TRL | train / TRL | peak RSS / TRL |", "|---|---|---|---|---|"]
@@ -218,6 +234,9 @@ def markdown(doc: dict) -> str:
                 continue
             lines.append(f"| {r['config']} | {r['step s'] / trl_row['step s']:.2f}x | {r['generate s'] / trl_row['generate s']:.2f}x | "
                          f"{r['train s'] / trl_row['train s']:.2f}x | {r['peak RSS MB'] / trl_row['peak RSS MB']:.2f}x |")
+        lines += ["", "Each row's train FLOP/s counts 6 x parameters x tokens run forward and backward (padding included) "
+                  "over the train time; `rows trained/step` is below `completions/step` where tagrpo skipped "
+                  "zero-advantage rows (same update, no forward/backward)."]
     m = doc["bf16_matmul_gflops"]
     lines += ["", f"bf16 2048x2048 matmul: {m['before']:.0f} GFLOP/s before, {m['after']:.0f} after (the larger is the reference).",
               f"Command: `{doc['command']}` ({doc['date']}); {doc['machine']}."]
