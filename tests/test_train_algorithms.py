@@ -190,10 +190,12 @@ def test_shared_prefix_matches_full_sequences_in_value_and_gradient(tmp_path):
         torch.testing.assert_close(grads[0][n], grads[1][n], atol=1e-5, rtol=1e-3)
 
 
-def test_shared_prefix_with_several_prompts_matches_full_sequences(tmp_path):
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_shared_prefix_with_several_prompts_matches_full_sequences(tmp_path, attn):
     # one forward for several prompts of different lengths (left padded), each response reading
     # its own prompt's KV rows: values and gradients equal to full (prompt + response) rows
     t = _trainer(tmp_path, "algorithm=ta-grpo")
+    t.model.set_attn_implementation(attn)
     prompts = [t.data[0]["prompts"][0], t.data[1]["prompts"][0], t.data[0]["prompts"][1]]
     assert len({len(p) for p in prompts}) > 1, "the test needs prompts of different lengths"
     responses = [[5, 6, 7, 8], [9, 10], [11, 12, 13, 14, 15, 16], [3], [17, 18, 19]]
@@ -265,3 +267,32 @@ def test_skipping_zero_advantage_rows_gives_the_same_update(tmp_path, reward):
     # some are skipped), and no other update
     for (_, pa), (_, pb) in zip(a.model.named_parameters(), b.model.named_parameters()):
         torch.testing.assert_close(pa, pb, atol=1e-4, rtol=1e-5)
+
+
+def test_update_uses_the_training_attention_and_rollouts_keep_the_models_own(tmp_path):
+    t = _trainer(tmp_path, "attn_implementation=eager", "skip_zero_adv=false")
+    model = t.acc.unwrap_model(t.model)
+    own = model.config._attn_implementation
+    assert own != "eager"  # the tiny model loads with SDPA
+    seen = {}
+    update, generate = t.update, t.engine.generate
+
+    def spy_update(samples):
+        seen["update"] = model.config._attn_implementation
+        return update(samples)
+
+    def spy_generate(*a, **k):
+        seen["generate"] = model.config._attn_implementation
+        return generate(*a, **k)
+
+    t.update, t.engine.generate = spy_update, spy_generate
+    t.train_step(0)
+    assert seen == {"update": "eager", "generate": own}
+    assert model.config._attn_implementation == own  # restored after the update
+
+
+def test_unknown_attention_implementation_is_a_clear_config_error(tmp_path):
+    from tagrpo.errors import TagrpoError
+
+    with pytest.raises(TagrpoError, match="attn_implementation"):
+        _trainer(tmp_path, "attn_implementation=no-such-kernel")

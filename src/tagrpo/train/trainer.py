@@ -163,12 +163,16 @@ class Trainer:
         attn = cfg.attn_implementation
         if attn == "auto":
             attn = "eager" if not torch.cuda.is_available() else None
-        if attn:  # on the reference copy too, and before the peft wrapper
+        self.train_attn = attn  # the kernel of the training forward; rollouts keep the model's own
+        if attn:  # fail now, with the field's name, if this model cannot use it
+            prev = model.config._attn_implementation
             try:
-                for m in (model, ref) if ref is not None else (model,):
-                    m.set_attn_implementation(attn)
+                model.set_attn_implementation(attn)
+                if ref is not None:
+                    ref.set_attn_implementation(attn)  # the reference only runs in the update
             except (ValueError, ImportError) as e:
                 raise TagrpoError(f"config field 'attn_implementation': {attn!r} cannot be used with this model: {e}") from None
+            model.set_attn_implementation(prev)
         tok.padding_side = "left"
         if tok.pad_token is None:
             tok.pad_token = tok.eos_token
@@ -519,6 +523,22 @@ class Trainer:
         t = torch.tensor([x], dtype=torch.float64)
         return float(self.acc.reduce(t, reduction="sum").item())
 
+    @contextlib.contextmanager
+    def _training_attention(self):
+        """The training forward's attention kernel (`attn_implementation`) for the duration of an
+        update. Eager attention trains faster than SDPA's flash backward on CPU at these lengths,
+        while SDPA decodes faster, so rollouts (and a bf16 rollout copy) keep the model's own."""
+        if not self.train_attn:
+            yield
+            return
+        base = self.acc.unwrap_model(self.model)
+        prev = base.config._attn_implementation
+        base.set_attn_implementation(self.train_attn)
+        try:
+            yield
+        finally:
+            base.set_attn_implementation(prev)
+
     def update(self, samples: list[Sample]) -> dict:
         import torch
 
@@ -750,7 +770,8 @@ class Trainer:
         if self.cfg.diversity_every and (step + 1) % self.cfg.diversity_every == 0:
             metrics.update(self._diversity(samples))
         t1 = time.perf_counter()
-        metrics.update(self.update(samples))
+        with self._training_attention():
+            metrics.update(self.update(samples))
         t_train = time.perf_counter() - t1
         dt = time.perf_counter() - t0
         metrics.update({
