@@ -109,11 +109,49 @@ def spread(vals, digits: int = 3):
     return f"{statistics.mean(vals):.{digits}f} ({min(vals):.{digits}f}–{max(vals):.{digits}f})"
 
 
+def pooled_table(runs: dict, others: list[Path], ks: list[str]) -> list[str]:
+    """Per method: mean, standard deviation and range over every replicate (this run's and the
+    earlier runs'), for the held-out pass@k and the training-time uniform fractions."""
+    pools = {m: [runs[n] for n in names if n in runs] for m, names in METHODS.items()}
+    for path in others:
+        prev = json.loads(path.read_text())["runs"]
+        for m, names in METHODS.items():
+            pools[m] += [prev[n] for n in names if n in prev]
+    keys = [f"pass@{k}" for k in ks] + ["uniform_q0", "uniform_family", "eval_diversity"]
+    lines = ["", f"## Pooled with {', '.join(p.name for p in others)}: mean ± sd [min–max] over n runs", "",
+             "| method | n | " + " | ".join(keys) + " |", "|" + "---|" * (len(keys) + 2)]
+    for m, ss in pools.items():
+        if not ss:
+            continue
+        cells = []
+        for k in keys:
+            v = [s[k] for s in ss if s.get(k) is not None]
+            sd = statistics.stdev(v) if len(v) > 1 else 0.0
+            cells.append(f"{statistics.mean(v):.3f} ± {sd:.3f} [{min(v):.3f}–{max(v):.3f}]" if v else "–")
+        lines.append(f"| {m} | {len(ss)} | " + " | ".join(cells) + " |")
+    lines += ["", "Welch's t of the difference of means (|t| above ~2.5-3 with these few runs is the least that "
+              "could be called a difference):", ""]
+    for a, b in (("ta-grpo", "grpo-matched"), ("ta-grpo", "grpo"), ("grpo-matched", "grpo")):
+        parts = []
+        for k in keys[:len(ks)] + ["uniform_family"]:
+            x, y = ([s[k] for s in pools[m] if s.get(k) is not None] for m in (a, b))
+            if len(x) > 1 and len(y) > 1:
+                se = (statistics.variance(x) / len(x) + statistics.variance(y) / len(y)) ** 0.5
+                d = statistics.mean(x) - statistics.mean(y)
+                parts.append(f"{k} {d:+.3f} (t = {d / se:+.1f})" if se > 0 else f"{k} {d:+.3f}")
+        if parts:
+            lines.append(f"- {a} − {b}: " + ", ".join(parts))
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=Path("runs/reproduce_cpu"))
     ap.add_argument("--dest", type=Path, default=Path(__file__).resolve().parent)
     ap.add_argument("--no-report", action="store_true")
+    ap.add_argument("--also", type=Path, action="append", default=[],
+                    help="summary.json of an earlier run of the same study (same code and config): its runs are "
+                         "pooled with this one's as extra replicates in a 'pooled' table")
     args = ap.parse_args()
     out, dest = args.out, args.dest
     base = evaluation(out / "eval" / "base.json") if (out / "eval" / "base.json").exists() else None
@@ -147,6 +185,8 @@ def main() -> None:
                                                       "uniform_family_all_wrong", "adv_nonzero", "reward_q0")]
         d = f"{spread([s['diversity_first'] for s in ss])} → {spread([s['diversity_last'] for s in ss])}"
         lines.append(f"| {method} | " + " | ".join(cells) + f" | {d} |")
+    if args.also:
+        lines += pooled_table(runs, args.also, ks)
     lines += ["", "## Every run", ""]
     head = ["run", "steps"] + [f"pass@{k}" for k in ks] + ["q0 uniform", "family uniform", "train wall s", "generate s", "train s",
                                                             "sampled tokens", "responses"]

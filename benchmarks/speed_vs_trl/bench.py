@@ -24,7 +24,7 @@ steps; the table holds medians over the timed steps. Generation time for TRL is 
 only wraps it with a timer; train = step - that. A 2048x2048 bf16 matmul is timed before and
 after the configurations in the parent process as the FLOP/s reference.
 
-    .venv/bin/python benchmarks/speed_vs_trl/bench.py --steps 5 --warmup 1 --out benchmarks/speed_vs_trl/results
+    .venv/bin/python benchmarks/speed_vs_trl/bench.py --steps 5 --warmup 1 --out benchmarks/speed_vs_trl
 """
 
 from __future__ import annotations
@@ -185,7 +185,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=5, help="timed optimizer steps per configuration")
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--only", default="", help="comma-separated subset of: " + ", ".join(CONFIGS))
-    ap.add_argument("--out", type=Path, default=Path("benchmarks/speed_vs_trl/results"))
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/speed_vs_trl"))
     ap.add_argument("--child", nargs=3, metavar=("NAME", "STEPS", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
