@@ -133,7 +133,7 @@ def pooled_table(runs: dict, others: list[Path], ks: list[str]) -> list[str]:
               "could be called a difference):", ""]
     for a, b in (("ta-grpo", "grpo-matched"), ("ta-grpo", "grpo"), ("grpo-matched", "grpo")):
         parts = []
-        for k in keys[:len(ks)] + ["uniform_family"]:
+        for k in keys[:len(ks)] + ["uniform_family", "eval_diversity"]:
             x, y = ([s[k] for s in pools[m] if s.get(k) is not None] for m in (a, b))
             if len(x) > 1 and len(y) > 1:
                 se = (statistics.variance(x) / len(x) + statistics.variance(y) / len(y)) ** 0.5

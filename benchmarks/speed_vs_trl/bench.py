@@ -67,12 +67,14 @@ def child_tagrpo(name: str, steps: int, out: Path, workdir: Path) -> dict:
     t = Trainer(load_config(None, sets), rows=rows())
     t.setup()
     recs = []
+    sampled = 0.0  # perf/sampled_tokens is the running total
     for step in range(steps):
         m = t.train_step(step)
+        sampled, new_tokens = m["perf/sampled_tokens"], m["perf/sampled_tokens"] - sampled
         recs.append({"step": m["time/step"], "gen": m["time/generate"] + m["time/reward"], "train": m["time/train"],
                      "completions": m.get("train/rows", 0),
                      "rows_trained": m.get("train/rows", 0) - m.get("train/rows_skipped_zero_adv", 0),
-                     "sampled_tokens": m["perf/sampled_tokens"],
+                     "sampled_tokens": new_tokens,
                      "train_tokens": m["train/tokens"],
                      "flop_tokens_fwd_bwd": m["train/computed_tokens_fwd_bwd"], "flop_tokens_fwd": m["train/computed_tokens_fwd"],
                      "reward": m["reward/mean"]})
@@ -172,6 +174,7 @@ def summarize(name: str, res: dict, warmup: int, peak: float) -> dict:
     return {
         "config": name, "completions/step": med("completions"), "step s": med("step"), "generate s": med("gen"),
         "train s": med("train"), "sampled tok/s": statistics.median(r["sampled_tokens"] / r["step"] for r in timed),
+        "generate tok/s": statistics.median(r["sampled_tokens"] / r["gen"] for r in timed),
         "train tok/s": statistics.median(r["train_tokens"] / r["train"] for r in timed),
         "rows trained/step": statistics.median(r.get("rows_trained", r["completions"]) for r in timed),
         "train GFLOP/s": statistics.median(flops) / 1e9 if flops else float("nan"),
@@ -220,7 +223,7 @@ def main() -> None:
 
 
 def markdown(doc: dict) -> str:
-    cols = ["config", "completions/step", "rows trained/step", "step s", "generate s", "train s", "sampled tok/s", "train tok/s", "train GFLOP/s",
+    cols = ["config", "completions/step", "rows trained/step", "step s", "generate s", "train s", "sampled tok/s", "generate tok/s", "train tok/s", "train GFLOP/s",
             "vs bf16 matmul", "peak RSS MB"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in doc["rows"]:
