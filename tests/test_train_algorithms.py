@@ -173,14 +173,16 @@ def test_shared_prefix_matches_full_sequences_in_value_and_gradient(tmp_path):
     prompt = t.data[0]["prompts"][0]
     responses = [[5, 6, 7, 8], [9, 10], [11, 12, 13, 14, 15, 16], [3]]
     model = t.model
-    grads = []
-    vals = []
-    for shared in (True, False):
+    _assert_same_values_and_gradients(model, lambda: t._forward_logprobs_shared(model, prompt, responses),
+                                      lambda: t._forward_logprobs(model, [prompt] * len(responses), responses))
+
+
+def _assert_same_values_and_gradients(model, forward_a, forward_b):
+    """Two ways of computing (logp, mask, entropy): equal masked log-probs and parameter grads."""
+    vals, grads = [], []
+    for forward in (forward_a, forward_b):
         model.zero_grad()
-        if shared:
-            logp, mask, _ = t._forward_logprobs_shared(model, prompt, responses)
-        else:
-            logp, mask, _ = t._forward_logprobs(model, [prompt] * len(responses), responses)
+        logp, mask, _ = forward()
         (logp * mask).sum().backward()
         vals.append((logp * mask).detach())
         grads.append({n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None})
@@ -201,20 +203,8 @@ def test_shared_prefix_with_several_prompts_matches_full_sequences(tmp_path, att
     responses = [[5, 6, 7, 8], [9, 10], [11, 12, 13, 14, 15, 16], [3], [17, 18, 19]]
     groups = [2, 0, 1, 0, 2]
     model = t.model
-    vals, grads = [], []
-    for shared in (True, False):
-        model.zero_grad()
-        if shared:
-            logp, mask, _ = t._forward_logprobs_shared(model, prompts, responses, groups)
-        else:
-            logp, mask, _ = t._forward_logprobs(model, [prompts[g] for g in groups], responses)
-        (logp * mask).sum().backward()
-        vals.append((logp * mask).detach())
-        grads.append({n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None})
-    torch.testing.assert_close(vals[0], vals[1], atol=1e-5, rtol=1e-4)
-    assert grads[0].keys() == grads[1].keys()
-    for n in grads[0]:
-        torch.testing.assert_close(grads[0][n], grads[1][n], atol=1e-5, rtol=1e-3)
+    _assert_same_values_and_gradients(model, lambda: t._forward_logprobs_shared(model, prompts, responses, groups),
+                                      lambda: t._forward_logprobs(model, [prompts[g] for g in groups], responses))
 
 
 def test_shared_prefix_packing_puts_several_prompts_in_one_micro_batch(tmp_path):
