@@ -434,13 +434,10 @@ class Trainer:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.cfg.autocast == "bf16"):
             pre = model(input_ids=pids, attention_mask=patt, position_ids=ppos, use_cache=True, logits_to_keep=1)
             cache = getattr(pre, "cache", None) or pre.past_key_values
-            if k == 1:
-                cache.batch_repeat_interleave(b)
-            else:
-                cache.batch_select_indices(g)
+            cache.batch_select_indices(g)  # (k, ...) -> (b, ...): each response gets its prompt's KV rows
             out = model(input_ids=resp, attention_mask=att, position_ids=pos, use_cache=True, logits_to_keep=t,
                         **{self._cache_kwarg(model): cache})
-        first = pre.logits[:, -1:].float()[g] if k > 1 else pre.logits[:, -1:].float().expand(b, 1, -1)  # (b, 1, V)
+        first = pre.logits[:, -1:].float()[g]  # (b, 1, V) predicts response token 0
         logits = torch.cat([first, out.logits[:, :-1].float()], dim=1) / self.cfg.temperature  # (b, T, V)
         logp = selective_log_softmax(logits, resp)  # (b, T)
         ent = token_entropy(logits.detach()) if want_entropy else None  # (b, T)
@@ -462,18 +459,16 @@ class Trainer:
         prompts = [rows[i][0] for i in mb]
         responses = [rows[i][1] for i in mb]
         t = max(len(r) for r in responses)
-        if self.shared_prefix:
-            distinct: dict[tuple, int] = {}
-            groups = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
-            uniq = [list(p) for p in distinct]
-            computed = len(uniq) * max(len(p) for p in uniq) + len(mb) * t
-        else:
-            computed = len(mb) * (max(len(p) for p in prompts) + t)
         # tokens actually run through the model (padding included), for FLOP/s accounting
-        self.computed_tokens["fwd_bwd" if torch.is_grad_enabled() else "fwd"] += computed
-        if self.shared_prefix:
-            return self._forward_logprobs_shared(model, uniq, responses, groups, want_entropy)
-        return self._forward_logprobs(model, prompts, responses, want_entropy)
+        key = "fwd_bwd" if torch.is_grad_enabled() else "fwd"
+        if not self.shared_prefix:
+            self.computed_tokens[key] += len(mb) * (max(len(p) for p in prompts) + t)
+            return self._forward_logprobs(model, prompts, responses, want_entropy)
+        distinct: dict[tuple, int] = {}
+        groups = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
+        uniq = [list(p) for p in distinct]
+        self.computed_tokens[key] += len(uniq) * max(len(p) for p in uniq) + len(mb) * t
+        return self._forward_logprobs_shared(model, uniq, responses, groups, want_entropy)
 
     def _pack(self, rows, idx: list[int]) -> list[list[int]]:
         """Micro-batches of row indices. With shared_prefix, rows are ordered by prompt (the
