@@ -185,9 +185,10 @@ def test_empty_batch_gives_empty_advantages():
     assert a.shape == (0,)
 
 
-def test_gradient_does_not_flow_back_into_rewards_shape():
-    # advantages are a function of rewards only; the result is a plain tensor of shape (B,)
-    r = torch.rand(12, dtype=torch.float64)
+def test_gradient_does_not_flow_back_into_rewards():
+    # advantages are constants of the loss: rewards that require grad (a learned reward model's
+    # output) must not let the policy gradient flow into them
+    r = torch.rand(12, dtype=torch.float64, requires_grad=True)
     a = group_advantages(r, torch.arange(12) % 3)
     assert a.shape == r.shape and not a.requires_grad
 

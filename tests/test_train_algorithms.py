@@ -7,6 +7,7 @@ import copy
 import pytest
 import torch
 
+from tagrpo.train import logprobs as L
 from tagrpo.train.trainer import Trainer
 from train_helpers import ROWS, tiny_cfg
 
@@ -173,8 +174,13 @@ def test_shared_prefix_matches_full_sequences_in_value_and_gradient(tmp_path):
     prompt = t.data[0]["prompts"][0]
     responses = [[5, 6, 7, 8], [9, 10], [11, 12, 13, 14, 15, 16], [3]]
     model = t.model
-    _assert_same_values_and_gradients(model, lambda: t._forward_logprobs_shared(model, prompt, responses),
-                                      lambda: t._forward_logprobs(model, [prompt] * len(responses), responses))
+    _assert_same_values_and_gradients(model, lambda: _logprobs(t, [prompt] * len(responses), responses, True),
+                                      lambda: _logprobs(t, [prompt] * len(responses), responses, False))
+
+
+def _logprobs(t, prompts, responses, shared):
+    return L.response_logprobs(t.model, prompts, responses, pad_id=t.tokenizer.pad_token_id, device=t.device,
+                               temperature=t.cfg.temperature, shared_prefix=shared)
 
 
 def _assert_same_values_and_gradients(model, forward_a, forward_b):
@@ -203,15 +209,17 @@ def test_shared_prefix_with_several_prompts_matches_full_sequences(tmp_path, att
     responses = [[5, 6, 7, 8], [9, 10], [11, 12, 13, 14, 15, 16], [3], [17, 18, 19]]
     groups = [2, 0, 1, 0, 2]
     model = t.model
-    _assert_same_values_and_gradients(model, lambda: t._forward_logprobs_shared(model, prompts, responses, groups),
-                                      lambda: t._forward_logprobs(model, [prompts[g] for g in groups], responses))
+    per_row = [prompts[g] for g in groups]
+    _assert_same_values_and_gradients(model, lambda: _logprobs(t, per_row, responses, True),
+                                      lambda: _logprobs(t, per_row, responses, False))
 
 
 def test_shared_prefix_packing_puts_several_prompts_in_one_micro_batch(tmp_path):
-    t = _trainer(tmp_path, "algorithm=grpo", "micro_batch_tokens=60")
     rows = [([1] * 10, [2] * 5, 0.0), ([3] * 8, [2] * 4, 0.0), ([1] * 10, [2] * 3, 0.0), ([3] * 8, [2] * 5, 0.0),
             ([4] * 12, [2] * 20, 0.0)]
-    packs = t._pack(rows, list(range(len(rows))))
+    from tagrpo.train.update import pack
+
+    packs = pack(rows, list(range(len(rows))), 60, shared_prefix=True)
     assert sorted(i for mb in packs for i in mb) == list(range(len(rows)))  # every row exactly once
     for mb in packs:  # within budget: prompts x longest prompt + rows x longest response
         distinct = {tuple(rows[i][0]) for i in mb}

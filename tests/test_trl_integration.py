@@ -300,43 +300,189 @@ def test_zero_neighbors_equals_plain_grpo_trainer(model_dir, tmp_path):
         assert a["reward"] == b["reward"]
 
 
-def test_vllm_importance_correction_is_off_for_neighbor_rows_only(model_dir, tmp_path, monkeypatch):
-    """With vLLM the sampler's log-probs of a neighbor completion are conditioned on the neighbor;
-    TA-GRPO masks them so TRL's importance-sampling ratio is exactly 1 there, and keeps it on q0."""
+def fake_vllm_trainer(model_dir, tmp_path, monkeypatch, calls=None, **kw) -> TAGRPOTrainer:
+    """A trainer on one family per batch whose "vLLM" returns fixed completions (a few distinct
+    ones per row) with sampler log-probs -0.5 per token, so that TRL runs its vLLM code path
+    (importance-sampling correction, `sampling/*` metrics, sampler log-probs) without an engine."""
     from trl import GRPOTrainer
 
-    args = config(
-        tmp_path, per_device_train_batch_size=FAMILY, vllm_importance_sampling_mode="token_truncate"
-    )
+    kw = {
+        "per_device_train_batch_size": FAMILY,
+        "vllm_importance_sampling_mode": "token_truncate",
+        **kw,
+    }
     trainer = TAGRPOTrainer(
         model=model_dir,
         reward_funcs=token_reward,
-        args=args,
+        args=config(tmp_path, **kw),
         train_dataset=Dataset.from_list(make_rows(2)),
     )
-    calls = []
 
     def fake_vllm(self, prompt_ids, images, mm, num_generations, has_tool_images=False):
-        calls.append(num_generations)
-        completion_ids = [[5, 6, 7, 2] for _ in prompt_ids]  # 2 = <|im_end|>
+        if calls is not None:
+            calls.append(num_generations)
+        completion_ids = [[5 + j % 4, 6 + j % 3, 7, 2] for j in range(len(prompt_ids))]  # 2 = eos
         return completion_ids, [[-0.5] * 4 for _ in prompt_ids]
 
     monkeypatch.setattr(GRPOTrainer, "_generate_single_turn", fake_vllm)
-    trainer.use_vllm = (
-        True  # the IS branch of TRL's _generate_and_score_completions, without a vLLM engine
-    )
+    trainer.use_vllm = True  # TRL's vLLM branches of _generate_and_score_completions, no engine
     trainer.model.train()
-    row = make_rows(1)[0]
-    out = trainer._generate_and_score_completions([dict(row) for _ in range(FAMILY)])
+    return trainer
+
+
+def one_family() -> list[dict]:
+    return [dict(make_rows(1)[0]) for _ in range(FAMILY)]
+
+
+def test_vllm_importance_correction_is_off_for_neighbor_rows_only(model_dir, tmp_path, monkeypatch):
+    """With vLLM the sampler's log-probs of a neighbor completion are conditioned on the neighbor;
+    TA-GRPO keeps them out of TRL's importance-sampling ratio, which is exactly 1 there, and keeps
+    the correction on q0."""
+    calls = []
+    trainer = fake_vllm_trainer(model_dir, tmp_path, monkeypatch, calls=calls)
+    out = trainer._generate_and_score_completions(one_family())
 
     assert calls == [G]
     ratio = out["importance_sampling_ratio"]  # (B, T)
     assert ratio.shape[0] == FAMILY
     assert torch.all(ratio[G:] == 1.0)  # neighbor rows: no correction
     assert not torch.all(ratio[:G] == 1.0)  # q0 rows: corrected (random model's logp != -0.5)
-    assert torch.isnan(out["sampling_per_token_logps"][G:]).all()
-    assert not torch.isnan(out["sampling_per_token_logps"][:G]).any()
+    assert torch.all(out["sampling_per_token_logps"][:G] == -0.5)  # q0 rows: the sampler's
+    assert torch.isfinite(out["sampling_per_token_logps"]).all()
     assert math.isfinite(trainer._metrics["train"]["sampling/sampling_logp_difference/mean"][-1])
+
+
+def test_neighbor_rows_carry_anchored_sampler_logps(model_dir, tmp_path, monkeypatch):
+    """Neighbor rows' sampler log-probs are log pi(o | q0) of the policy (what TRL's off-policy
+    mask needs), not NaN and not the sampler's log pi(o | qn)."""
+    trainer = fake_vllm_trainer(model_dir, tmp_path, monkeypatch)
+    row = make_rows(1)[0]
+    out = trainer._generate_and_score_completions(one_family())
+    sampling = out["sampling_per_token_logps"]  # (B, T)
+    assert not torch.isnan(sampling).any()
+    assert torch.equal(sampling[G:], out["old_per_token_logps"][G:])
+
+    tok, model = trainer.processing_class, trainer.model
+
+    def logps(messages, completion: list[int]) -> torch.Tensor:  # (T,), as TRL: autocast on
+        ids = tok(render(tok, messages), add_special_tokens=False)["input_ids"]
+        with torch.no_grad(), trainer.accelerator.autocast():
+            logits = model(torch.tensor([ids + completion])).logits[0, len(ids) - 1 : -1]  # (T, V)
+        return torch.log_softmax(logits.float(), dim=-1)[range(len(completion)), completion]
+
+    q0_ids = tok(render(tok, row["prompt"]), add_special_tokens=False)["input_ids"]
+    checked = 0
+    for j in range(G, FAMILY):
+        assert strip_left_pad(out["prompt_ids"][j], out["prompt_mask"][j]) == q0_ids
+        comp = out["completion_ids"][j][out["completion_mask"][j].bool()].tolist()
+        got = sampling[j, : len(comp)]  # (T,)
+        torch.testing.assert_close(got, logps(row["prompt"], comp), atol=1e-5, rtol=1e-5)
+        # and not log pi(o | qn), nor the sampler's -0.5 (both far enough for the check to tell)
+        neighbor = [{"role": "user", "content": row["neighbors"][j // G - 1]}]
+        assert (got - logps(neighbor, comp)).abs().max() > 1e-2
+        assert (got - -0.5).abs().min() > 0.1
+        checked += 1
+    assert checked == N * G
+
+
+@pytest.mark.parametrize("drift", [False, True])
+def test_off_policy_mask_drops_drifted_neighbor_rows(model_dir, tmp_path, monkeypatch, drift):
+    """TRL's off-policy sequence mask sees the anchored drift log pi_old(o | q0) - log pi(o | q0) of
+    neighbor rows: a negative-advantage neighbor completion is dropped once the policy has moved
+    past the threshold since generation, and kept while it has not."""
+    from trl import GRPOTrainer
+
+    threshold = 0.1
+    trainer = fake_vllm_trainer(
+        model_dir, tmp_path, monkeypatch, off_policy_mask_threshold=threshold, num_iterations=2
+    )
+    out = trainer._generate_and_score_completions(one_family())
+    out["advantages"] = -torch.ones_like(out["advantages"])  # (B,): every row may be dropped
+    if drift:  # the policy moves between generation and this loss step: sharper logits
+        with torch.no_grad():
+            trainer.model.model.norm.weight.mul_(30.0)
+
+    seen = []
+
+    def record_mask(**kw):
+        mask = GRPOTrainer.get_off_policy_mask(**kw)  # (B, 1)
+        seen.append((kw, mask))
+        return mask
+
+    trainer.get_off_policy_mask = record_mask
+    trainer.current_gradient_accumulation_steps = 1  # set by Trainer's loop, which is not running
+    trainer._compute_loss(trainer.model, out)
+    ((kw, mask),) = seen
+
+    # the premise, measured without the sampler log-probs: the anchored drift per row
+    tok_mask = kw["mask"].float()  # (B, T)
+    drift_q0 = ((out["old_per_token_logps"] - kw["per_token_logps"]) * tok_mask).sum(1)  # (B,)
+    drift_q0 = drift_q0 / tok_mask.sum(1)  # (B,)
+    if drift:
+        assert (drift_q0[G:] > threshold).all()
+        assert torch.all(mask[G:] == 0.0)  # neighbor rows dropped
+    else:
+        assert drift_q0[G:].abs().max() < 1e-4
+        assert torch.all(mask[G:] == 1.0)  # neighbor rows kept
+
+
+@pytest.mark.parametrize("mode", ["token_truncate", "sequence_mask"])
+def test_sampling_metrics_are_over_q0_rows_only(model_dir, tmp_path, monkeypatch, mode):
+    """`sampling/*` (sampler-vs-trainer mismatch) is measured on q0 rows only: neighbor rows have
+    no sampler mismatch to measure (their ratio is a constant 1)."""
+    trainer = fake_vllm_trainer(
+        model_dir, tmp_path, monkeypatch, vllm_importance_sampling_mode=mode
+    )
+    out = trainer._generate_and_score_completions(one_family())
+    logged = trainer._metrics["train"]
+    mask = out["completion_mask"].bool()  # (B, T)
+    ratio = out["importance_sampling_ratio"]  # (B, T) or (B, 1)
+    seq = mode.startswith("sequence")
+    assert ratio.shape[1] == (1 if seq else mask.shape[1])
+    q0_ratio = ratio[:G].flatten() if seq else ratio[:G][mask[:G]]
+    all_ratio = ratio.flatten() if seq else ratio[mask]
+    delta = (out["old_per_token_logps"][:G] - -0.5).abs()[mask[:G]]  # the sampler said -0.5
+    expected = {
+        "sampling/importance_sampling_ratio/min": q0_ratio.min().item(),
+        "sampling/importance_sampling_ratio/mean": q0_ratio.mean().item(),
+        "sampling/importance_sampling_ratio/max": q0_ratio.max().item(),
+        "sampling/sampling_logp_difference/mean": delta.mean().item(),
+        "sampling/sampling_logp_difference/max": delta.max().item(),
+    }
+    for key, value in expected.items():
+        assert len(logged[key]) == 1, key  # one value per batch: replaced, not appended
+        assert logged[key][0] == pytest.approx(value, rel=1e-5), key
+    # the test can fail: counting the neighbor rows (ratio 1) would change the ratio metrics
+    assert all_ratio.max().item() == 1.0
+    assert q0_ratio.max().item() != pytest.approx(1.0)
+    assert all_ratio.mean().item() != pytest.approx(q0_ratio.mean().item())
+
+
+def test_q0_sampling_metrics_ignore_neighbor_and_nan_tokens():
+    from tagrpo.integrations._trl_trainer import q0_sampling_metrics
+
+    old = torch.tensor([[-1.0, -2.0, -3.0], [-1.0, -1.0, -1.0], [-4.0, -4.0, -4.0]])  # (B, T)
+    sampling = torch.tensor([[-1.5, math.nan, -2.0], [-1.0, -1.0, -1.0], [-9.0, -9.0, -9.0]])
+    mask = torch.tensor([[True, True, False], [True, True, True], [True, False, False]])
+    is_q0 = torch.tensor([True, False, True])
+    ratio = torch.exp(torch.nan_to_num((old - sampling) * mask, nan=0.0))  # (B, T)
+    m = q0_sampling_metrics(old, sampling, ratio, mask, is_q0, sequence_level=False)
+    # q0 tokens: row 0 col 0 (delta 0.5), row 0 col 1 (NaN, left out), row 2 col 0 (delta 5)
+    assert m["sampling_logp_difference/mean"].item() == pytest.approx(2.75)
+    assert m["sampling_logp_difference/max"].item() == pytest.approx(5.0)
+    # ratios of q0 tokens: exp(0.5), 1 (row 0 col 1: NaN sampler log-prob, TRL's ratio 1 there is
+    # counted, as TRL does), exp(5); row 1 (a neighbor, ratio 1) is not
+    assert m["importance_sampling_ratio/min"].item() == pytest.approx(1.0)
+    assert m["importance_sampling_ratio/max"].item() == pytest.approx(math.exp(5.0))
+    assert m["importance_sampling_ratio/mean"].item() == pytest.approx(
+        (math.exp(0.5) + 1.0 + math.exp(5.0)) / 3
+    )
+    seq = q0_sampling_metrics(
+        old, sampling, torch.tensor([[2.0], [1.0], [4.0]]), mask, is_q0, sequence_level=True
+    )
+    assert seq["importance_sampling_ratio/mean"].item() == pytest.approx(3.0)
+    none = q0_sampling_metrics(old, sampling, ratio, mask, torch.zeros(3, dtype=torch.bool), False)
+    assert all(math.isnan(v.item()) for v in none.values())
 
 
 # ----------------------------------------------------------------------------------------------

@@ -28,3 +28,11 @@ def tiny_cfg(tmp_path, *overrides: str):
         "reward=tagrpo.rewards.toy:parity_reward", "warmup_ratio=0", "schedule=constant", "neighbors=column",
     ]
     return load_config(None, base + list(overrides))
+
+
+def inf_on_even_hash(completion: str, answer: str) -> float:
+    """A broken plug-in reward: inf for about half the completions, NaN for a few, else parity."""
+    import zlib
+
+    h = zlib.crc32(completion.encode("utf-8", "replace"))
+    return float("inf") if h % 2 == 0 else (float("nan") if h % 7 == 0 else 1.0)

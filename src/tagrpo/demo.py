@@ -31,9 +31,9 @@ def run_demo(output_dir: Path = Path("runs/demo"), steps: int | None = None, ove
     from rich.table import Table
 
     from tagrpo.data.arith import generate_problems
-    from tagrpo.train.cli import progress_printer
+    from tagrpo._cli_util import progress_printer
     from tagrpo.train.config import load_config
-    from tagrpo.train.trainer import Trainer
+    from tagrpo.train.loop import Trainer
 
     console = Console()
     overrides = [f"output_dir={output_dir}"] + ([f"steps={steps}"] if steps else []) + list(overrides)
@@ -90,17 +90,3 @@ def run_demo(output_dir: Path = Path("runs/demo"), steps: int | None = None, ove
                   f"Note: {heldout_questions} questions x {heldout_samples} samples is a small sample (a few points of pass@k "
                   "is noise); the uniform-reward fractions (q0 view vs family view) in metrics.jsonl show the mechanism.")
     return {"before": before, "after": after, "last": m}
-
-
-def run_answer_demo(model_name: str = "smollm2-135m-instruct", max_new_tokens: int = 128) -> list[dict]:
-    """Smoke check: the embedded model answers three built-in questions, scored with math_reward."""
-    from tagrpo.models import load_policy
-    from tagrpo.rewards import math_reward
-    from tagrpo.rollout import HFGenerateEngine, SamplingParams, build_prompt_ids
-
-    model, tok = load_policy(model_name)
-    qs = [("What is 7 + 5?", "12"), ("Sam has 3 bags with 4 apples in each bag. How many apples does Sam have?", "12"),
-          ("A book costs $8 and a pen costs $2. How much do 2 books and 1 pen cost?", "18")]
-    engine = HFGenerateEngine(model, tok)
-    comps = engine.generate([build_prompt_ids(tok, q) for q, _ in qs], SamplingParams(do_sample=False, max_new_tokens=max_new_tokens))
-    return [{"question": q, "completion": c.text, "gold": a, "reward": math_reward(c.text, a)} for (q, a), c in zip(qs, comps)]

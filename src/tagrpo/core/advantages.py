@@ -36,7 +36,8 @@ def group_advantages(
     rewards: float (B,); group_ids: long (B,), any values (only equality matters).
     scale: "group" divides by the group's Bessel-corrected std plus eps; "batch" divides by the
     Bessel-corrected std of all B rewards plus eps (Dr. GRPO / REINFORCE++ style); "none" only
-    centers. A group of one gets advantage 0. Returns float (B,) in rewards' dtype.
+    centers. A group of one gets advantage 0. Returns float (B,) in rewards' dtype, detached from
+    any graph the rewards belong to (advantages are constants of the loss).
     """
     check_choice("scale", scale, SCALES)
     check_1d("rewards", rewards)
@@ -45,6 +46,7 @@ def group_advantages(
         raise ValueError(
             f"rewards has shape {tuple(rewards.shape)} but group_ids has shape {tuple(group_ids.shape)}; they must match"
         )
+    rewards = rewards.detach()  # advantages are constants of the loss
     if not rewards.is_floating_point():
         rewards = rewards.float()
     if group_ids.is_floating_point():

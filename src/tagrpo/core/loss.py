@@ -17,15 +17,18 @@ from tagrpo.core._checks import check_choice, check_finite, check_same_shape
 AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 
-def aggregate(values: torch.Tensor, mask: torch.Tensor, agg: str = "token-mean") -> torch.Tensor:
+def aggregate(values: torch.Tensor, mask: torch.Tensor, agg: str = "token-mean", norm_len: int | None = None) -> torch.Tensor:
     """Reduce per-token values (B, T) under mask (B, T) to a scalar.
 
     token-mean: sum(values * mask) / sum(mask): every token of the batch weighs the same.
     seq-mean-token-mean: per-sequence masked mean, then mean over sequences that have tokens.
-    seq-mean-token-sum-norm (Dr. GRPO): per-sequence masked sum / T (T = values.shape[1]),
-      then mean over all B sequences; no length bias.
+    seq-mean-token-sum-norm (Dr. GRPO): per-sequence masked sum / L, then mean over all B
+      sequences; no length bias. L = `norm_len` (the trainer passes the response budget,
+      max_new_tokens, so L does not depend on how rows are padded), or values.shape[1] if None.
     """
     check_choice("agg", agg, AGGREGATIONS)
+    if norm_len is not None and norm_len < 1:
+        raise ValueError(f"norm_len must be >= 1, got {norm_len}")
     m = mask.to(values.dtype)  # (B, T)
     if agg == "token-mean":
         return (values * m).sum() / m.sum().clamp(min=1)
@@ -35,7 +38,7 @@ def aggregate(values: torch.Tensor, mask: torch.Tensor, agg: str = "token-mean")
         has = n_tok > 0
         per_seq = per_seq_sum[has] / n_tok[has]
         return per_seq.mean() if per_seq.numel() else per_seq_sum.sum() * 0
-    return (per_seq_sum / values.shape[-1]).mean()
+    return (per_seq_sum / (norm_len or values.shape[-1])).mean()
 
 
 def _masked_mean(x: torch.Tensor, m: torch.Tensor) -> float:
@@ -53,11 +56,13 @@ def policy_loss(
     agg: str = "token-mean",
     ref_logp: torch.Tensor | None = None,
     beta: float = 0.0,
+    norm_len: int | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped surrogate loss and its metrics.
 
     logp, old_logp, mask, ref_logp: (B, T); advantages: (B,). Returns (loss scalar with grad
-    through logp, metrics with keys `loss/*`). `loss/clipfrac` counts exactly the tokens where the
+    through logp, metrics with keys `loss/*`). `norm_len`: the L of seq-mean-token-sum-norm (see
+    `aggregate`). `loss/clipfrac` counts exactly the tokens where the
     clipped branch is the one used (the gradient is cut there).
     """
     check_choice("agg", agg, AGGREGATIONS)
@@ -89,14 +94,14 @@ def policy_loss(
     pg_unclipped = -adv * ratio  # (B, T)
     pg_clipped = -adv * ratio_c  # (B, T)
     pg = torch.maximum(pg_unclipped, pg_clipped)  # (B, T)
-    pg_loss = aggregate(pg, m, agg)
+    pg_loss = aggregate(pg, m, agg, norm_len)
 
     loss = pg_loss
     metrics: dict[str, float] = {}
     if ref_logp is not None:
         d = torch.where(live, ref_logp.detach() - logp, torch.zeros_like(logp))  # (B, T)
         kl = torch.exp(d) - d - 1.0  # (B, T) k3 estimator, >= 0
-        kl_loss = aggregate(kl, m, agg)
+        kl_loss = aggregate(kl, m, agg, norm_len)
         loss = pg_loss + beta * kl_loss
         metrics["loss/kl"] = kl_loss.item()
 

@@ -29,10 +29,12 @@ TRL methods overridden (TRL 1.16; private methods, hence the pinned version rang
   refuses `tools`, `environment_factory` and image datasets (multi-turn rollouts rewrite prompts
   between turns and neighbors are text only, so "the same answer to a reworded prompt" is not
   defined there).
-- `_generate_and_score_completions`: stashes the batch rows (to find each row's neighbors),
-  then runs TRL's unchanged.
+- `_generate_and_score_completions`: stashes the batch rows (to find each row's neighbors), runs
+  TRL's unchanged, then post-processes its output dict when the sampler returned log-probs:
+  anchored sampler log-probs for neighbor rows and q0-only `sampling/*` metrics (below).
 - `_generate`: builds the neighbor prompts, calls TRL's generation on them, then puts q0's
-  prompt ids back (point 3) and masks the sampler log-probs of neighbor rows (below).
+  prompt ids back (point 3) and puts NaN placeholders in the sampler log-probs of neighbor rows
+  (below).
 - `_generate_single_turn`: passes G instead of (N+1)*G as "completions per prompt". vLLM server
   mode deduplicates prompts with `prompts[::num_generations]` and samples that many of each;
   with (N+1)*G it would keep only q0 and drop every neighbor.
@@ -40,16 +42,35 @@ TRL methods overridden (TRL 1.16; private methods, hence the pinned version rang
 
 Evaluation (`trainer.evaluate()`) generates from q0 only: it measures the policy on the task.
 
-vLLM importance-sampling correction (`vllm_importance_sampling_correction`, on by default in
-TRL): TRL multiplies the loss by pi_trainer(o | prompt) / pi_vllm(o | prompt), both on the prompt
-that generated o, to correct small numerical differences between the two engines. For a
-neighbor completion the sampler's log-probs are conditioned on the neighbor qn while the
-trainer's are conditioned on q0 (point 3), so that ratio would no longer measure an engine
-mismatch but pi(o | q0) / pi(o | qn): a large, high-variance weight that would silently undo
-the anchoring TA-GRPO is built on. So the sampler log-probs of neighbor rows are set to NaN,
-which TRL treats as "not scored": their correction ratio is exactly 1 and they are left out of
-the `sampling/*` metrics. q0 rows keep the correction. (TRL's off-policy mask, if enabled, also
-sees no sampler drift on neighbor rows for the same reason.)
+Sampler log-probs of neighbor rows (only when the sampler returns log-probs: vLLM, or a
+`rollout_func`; TRL's transformers generation returns none and none of this applies). TRL 1.16
+reads the sampler's log-probs (`sampling_per_token_logps`) in three places:
+
+- the vLLM importance-sampling correction (`vllm_importance_sampling_correction`, on by default):
+  `_generate_and_score_completions` multiplies the loss by exp(old - sampling), pi_trainer(o |
+  prompt) / pi_vllm(o | prompt), to correct the numerical mismatch of the two engines. For a
+  neighbor completion the trainer's log-probs are on q0 (point 3) but the sampler's are on the
+  neighbor qn, so that ratio would be pi(o | q0) / pi(o | qn): a large, high-variance weight
+  that would silently undo the anchoring TA-GRPO is built on. `_generate` therefore hands TRL
+  NaN sampler log-probs for neighbor rows, which TRL's `nan_to_num` turns into a ratio of
+  exactly 1 for every token of those rows (then clipped or masked by TRL's clip range like any
+  ratio, which leaves 1 as it is unless the range excludes 1). q0 rows keep the correction.
+- the `sampling/*` metrics, logged right after: `sampling_logp_difference/{mean,max}` and
+  `importance_sampling_ratio/{min,mean,max}`. They measure the sampler-vs-trainer mismatch,
+  which neighbor rows cannot show (their two log-probs are on different prompts), so all five
+  are recomputed over q0 rows only and replace TRL's values for the batch (TRL's own would count
+  the neighbor rows' constant ratio of 1 in `importance_sampling_ratio/*`). The ratio actually
+  applied to the loss is 1 on neighbor rows, as said above.
+- the off-policy sequence mask (`off_policy_mask_threshold`) in `_compute_loss`: it drops a
+  negative-advantage completion whose mean of (sampling - current) log-probs exceeds the
+  threshold, i.e. the drift of the policy since the completion was sampled. With NaN it would
+  read a drift of 0 for neighbor rows and never drop one. So once TRL has computed the old-
+  policy log-probs on q0's prompt ids (`old_per_token_logps`, log pi_old(o | q0)), neighbor rows
+  of `sampling_per_token_logps` are set to them: the mask then sees the anchored drift log
+  pi_old(o | q0) - log pi_theta(o | q0), the same quantity as in the anchored PPO ratio, while q0
+  rows keep sampler drift plus engine mismatch, as in TRL. When TRL computes no old-policy
+  log-probs (correction off and each generation used within one optimizer step) the policy
+  cannot have moved, the neighbor rows stay NaN and TRL reads their drift as 0, which is exact.
 """
 
 from __future__ import annotations
@@ -68,7 +89,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from tagrpo.core import uniform_fraction
 from tagrpo.errors import TagrpoError
-from tagrpo.integrations.trl import SUPPORTED_TRL
+from tagrpo.integrations._trl_version import SUPPORTED_TRL
 
 
 class TAGRPOConfigError(TagrpoError, ValueError):
@@ -202,6 +223,41 @@ def family_reward_metrics(
             rewards[nb].float().mean().item() if nb.any() else math.nan
         )
     return metrics
+
+
+def q0_sampling_metrics(
+    old_logps: torch.Tensor,
+    sampling_logps: torch.Tensor,
+    is_ratio: torch.Tensor,
+    mask: torch.Tensor,
+    is_q0: torch.Tensor,
+    sequence_level: bool,
+) -> dict[str, torch.Tensor]:
+    """TRL's sampler-vs-trainer metrics (`sampling/...`) for one process, over q0 rows only.
+
+    old_logps, sampling_logps: (B, T) trainer and sampler log-probs of the sampled tokens;
+    is_ratio: TRL's vLLM importance-sampling ratio after truncation/masking, (B, T), or (B, 1)
+    when `sequence_level`; mask: (B, T) bool, the completion tokens; is_q0: (B,) bool. As in TRL,
+    tokens the sampler could not score (NaN) are left out of the log-prob difference, while their
+    ratio (1) is counted. Returns 0-dim tensors keyed like TRL's metrics without the `sampling/`
+    prefix; NaN where no q0 token is left (TRL writes 0 there, which would bias the cross-process
+    mean)."""
+    q0_tokens = mask & is_q0.unsqueeze(1)  # (B, T)
+    delta = (old_logps - sampling_logps).abs()  # (B, T)
+    delta = delta[q0_tokens & ~torch.isnan(delta)]  # (K,)
+    ratio = is_ratio[is_q0].flatten() if sequence_level else is_ratio[q0_tokens]  # (K',)
+    nan = torch.tensor(math.nan, device=old_logps.device)
+
+    def stat(values: torch.Tensor, how: str) -> torch.Tensor:
+        return getattr(values, how)() if values.numel() else nan
+
+    return {
+        "sampling_logp_difference/mean": stat(delta, "mean"),
+        "sampling_logp_difference/max": stat(delta, "max"),
+        "importance_sampling_ratio/min": stat(ratio, "min"),
+        "importance_sampling_ratio/mean": stat(ratio, "mean"),
+        "importance_sampling_ratio/max": stat(ratio, "max"),
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -379,12 +435,64 @@ class TAGRPOTrainer(GRPOTrainer):
     # ---- overrides ---------------------------------------------------------------------------
 
     def _generate_and_score_completions(self, inputs):
-        # Only stashes the rows: `_generate` receives prompts alone, but needs each row's neighbors.
+        # Stashes the rows (`_generate` receives prompts alone, but needs each row's neighbors), runs
+        # TRL's, then gives neighbor rows anchored sampler log-probs (module docstring, vLLM section).
         self._ta_rows = inputs
         try:
-            return super()._generate_and_score_completions(inputs)
+            output = super()._generate_and_score_completions(inputs)
         finally:
             self._ta_rows = None
+        if self.model.training and self.args.num_neighbors > 0:
+            self._ta_anchor_sampler_logps(output, len(inputs))
+        return output
+
+    def _ta_anchor_sampler_logps(self, output: dict, n_rows: int) -> None:
+        """Post-process TRL's output dict when the sampler returned log-probs (vLLM, rollout_func).
+
+        TRL has already used the NaN placeholders `_generate` put on neighbor rows: their vLLM
+        importance-sampling ratio is exactly 1 (TRL's `nan_to_num` of old - sampling). From here on
+        TRL reads `sampling_per_token_logps` only in the loss's off-policy mask, which must see the
+        policy drift of neighbor rows too, so they get the anchored log pi_old(o | q0) that TRL has
+        just computed as `old_per_token_logps` on q0's prompt ids. Before that, the `sampling/*`
+        metrics TRL has just logged are recomputed over q0 rows only."""
+        sampling = output.get("sampling_per_token_logps")  # (B, T) or None
+        if sampling is None:
+            return
+        offset = self.accelerator.process_index * n_rows
+        variants = variant_indices(
+            n_rows, offset, self.args.num_neighbors, self.args.samples_per_variant
+        )
+        is_q0 = torch.tensor(variants, device=sampling.device) == 0  # (B,)
+        old = output.get("old_per_token_logps")  # (B, T) or None
+        if self.use_vllm and self.vllm_importance_sampling_correction:
+            mask = output["completion_mask"].bool()  # (B, T); tools are refused, no tool_mask
+            sequence_level = self.vllm_importance_sampling_mode.startswith("sequence")
+            local = q0_sampling_metrics(
+                old, sampling, output["importance_sampling_ratio"], mask, is_q0, sequence_level
+            )
+            self._ta_replace_sampling_metrics(local)
+        # `old` is None only when TRL found no importance sampling needed: vLLM correction off and
+        # each generation used within one optimizer step, so the loss-time policy is the sampling-
+        # time one and the true drift is 0, which is what TRL's mask reads for a NaN row.
+        if old is not None:
+            sampling[~is_q0] = old[~is_q0].to(sampling.dtype)  # (B_nb, T): log pi_old(o | q0)
+
+    def _ta_replace_sampling_metrics(self, local: dict[str, torch.Tensor]) -> None:
+        """Overwrite the `sampling/*` values TRL has just appended for this batch with the q0-only
+        ones, reduced across processes as TRL does, but NaN-aware (a process may hold no q0 row)."""
+        metrics = self._metrics["train"]
+        for name, value in local.items():
+            gathered = self.accelerator.gather(value.reshape(1))  # (P,)
+            ok = gathered[~torch.isnan(gathered)]  # (P_ok,)
+            if ok.numel() == 0:
+                reduced = math.nan
+            elif name.endswith("/min"):
+                reduced = ok.min().item()
+            elif name.endswith("/max"):
+                reduced = ok.max().item()
+            else:
+                reduced = ok.mean().item()
+            metrics[f"sampling/{name}"][-1] = reduced  # TRL appended one value per batch
 
     def _generate(self, prompts: list):
         rows = self._ta_rows
@@ -424,6 +532,8 @@ class TAGRPOTrainer(GRPOTrainer):
             for j, ids in zip(swap, anchor_ids, strict=True):
                 prompt_ids[j] = list(ids)  # the q0 prompt: every log-prob TRL computes is on q0
             if out[4] is not None:  # sampler log-probs: conditioned on qn, not comparable with q0's
+                # NaN placeholders until TRL has computed log pi_old(o | q0); see
+                # `_ta_anchor_sampler_logps`, which replaces them.
                 out[4] = [
                     [math.nan] * len(lp) if v > 0 else lp
                     for lp, v in zip(out[4], variants, strict=True)

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+# TRL versions this integration is tested with. Defined in `_trl_version` (no imports), which
+# `_trl_trainer` reads too, so that this module and the trainer do not import each other.
+from tagrpo.integrations._trl_version import SUPPORTED_TRL
+
 if TYPE_CHECKING:  # for type checkers and linters only; at run time see __getattr__
     from tagrpo.integrations._trl_trainer import TAGRPOConfig, TAGRPOTrainer, check_trl_version
-
-#: TRL versions this integration is tested with (the `trl` extra in pyproject.toml pins the same).
-SUPPORTED_TRL = ">=1.16,<1.17"
 
 __all__ = ["SUPPORTED_TRL", "TAGRPOConfig", "TAGRPOTrainer", "check_trl_version"]
 

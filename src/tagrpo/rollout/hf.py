@@ -8,49 +8,52 @@ returns response ids cut after the first EOS. It calls the model's forward direc
 - a prompt repeated in a batch (GRPO samples G answers per prompt) is prefilled once and its KV
   cache copied to the repeats (`share_prompts`);
 - finished rows leave the batch, so the tail of a long answer does not drag the others;
-- `dtype="bf16"` samples from a bfloat16 copy of the weights, refreshed from the model at each
-  `generate` call (the rollout/training weight split of verl and vLLM set-ups). The training
-  forward under `autocast: bf16` runs the same bf16 matmuls.
+- `dtype="bf16"` on a CPU samples from a bfloat16 copy of the weights, refreshed from the model
+  at each `generate` call (the rollout/training weight split of verl and vLLM set-ups); on a GPU
+  it runs the model under bf16 autocast instead (no copy), and not at all when the weights are
+  already bf16. The training forward under `autocast: bf16` runs the same bf16 matmuls;
+- every tensor lives on the model's device;
+- `seeds` (one per prompt) gives each row its own random stream, so a row's sample does not
+  depend on which other rows share its batch (the trainer seeds per family and sample, making
+  rollouts independent of `generate_batch_size` and of the process count).
 Same distribution as `model.generate(do_sample=True, temperature, top_p, top_k=0)`; greedy
 decoding gives the same tokens (tested).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
-import inspect
+
+import torch
 
 from tagrpo.rollout.base import Completion, SamplingParams
+from tagrpo.rollout.batching import cache_kwarg, left_pad, model_device, output_cache, select_rows
 
 DTYPES = ("fp32", "bf16")
+__all__ = ["DTYPES", "HFGenerateEngine", "cache_kwarg", "sample_tokens"]
 
 
-def cache_kwarg(model) -> str:
-    """Name of a model's KV-cache argument: 'cache' in recent transformers, 'past_key_values' before."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return "cache" if "cache" in inspect.signature(type(base).forward).parameters else "past_key_values"
-
-
-def sample_tokens(logits, temperature: float, top_p: float, generator=None):
+def sample_tokens(logits, temperature: float, top_p: float, generator=None, u=None):
     """One token per row of `logits` (b, V): greedy when temperature is 0, else softmax(logits / T)
-    restricted to the top-p nucleus, by inverting the CDF at one uniform draw per row."""
-    import torch
-
+    restricted to the top-p nucleus, by inverting the CDF at one uniform draw per row (`u`, (b, 1)
+    in [0, 1); drawn from `generator` or the global RNG when not given)."""
     if temperature == 0:
         return logits.argmax(-1)  # (b,)
     probs = torch.softmax(logits.float() / temperature, dim=-1)  # (b, V)
+    if u is None:
+        u = torch.rand(probs.shape[0], 1, generator=generator, device=probs.device if generator is None else "cpu")
+    u = u.to(probs.device)  # (b, 1)
     if top_p < 1.0:
         sp, si = probs.sort(dim=-1, descending=True)  # (b, V) each
         # keep the smallest prefix whose mass reaches top_p (the top token always stays)
         drop = (sp.cumsum(-1) - sp) >= top_p  # (b, V)
         sp = sp.masked_fill(drop, 0.0)
         cdf = sp.cumsum(-1)  # (b, V)
-        u = torch.rand(probs.shape[0], 1, generator=generator) * cdf[:, -1:]  # (b, 1)
-        j = torch.searchsorted(cdf, u, right=True).clamp(max=probs.shape[1] - 1)  # (b, 1)
+        j = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).clamp(max=probs.shape[1] - 1)  # (b, 1)
         return si.gather(1, j).squeeze(1)
     cdf = probs.cumsum(-1)  # (b, V)
-    u = torch.rand(probs.shape[0], 1, generator=generator) * cdf[:, -1:]  # (b, 1)
-    j = torch.searchsorted(cdf, u, right=True).clamp(max=probs.shape[1] - 1)  # (b, 1)
+    j = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).clamp(max=probs.shape[1] - 1)  # (b, 1)
     return j.squeeze(1)
 
 
@@ -72,12 +75,14 @@ class HFGenerateEngine:
         self.prefill_rows_saved = 0  # prompt rows not prefilled thanks to share_prompts
         self._copy = None
 
+    @property
+    def device(self) -> torch.device:
+        return model_device(self.model)
+
     # ------------------------------------------------------------------ weights
     def _rollout_model(self):
-        """The model to sample from: the model itself (fp32), or its bf16 copy refreshed now."""
-        import torch
-
-        if self.dtype == "fp32":
+        """The model to sample from: the model itself, or (bf16 on a CPU) its bf16 copy refreshed now."""
+        if self.dtype == "fp32" or self.device.type != "cpu":
             return self.model
         if self._copy is None:
             self._copy = copy.deepcopy(self.model)
@@ -90,11 +95,21 @@ class HFGenerateEngine:
         self._copy.eval()
         return self._copy
 
-    # ------------------------------------------------------------------ generation
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
-        import torch
+    def _autocast(self):
+        """bf16 autocast on accelerators when asked for and the weights are not bf16 already."""
+        dev = self.device
+        if self.dtype == "bf16" and dev.type != "cpu" and next(self.model.parameters()).dtype != torch.bfloat16:
+            return torch.autocast(dev.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
 
-        if params.seed is not None:
+    # ------------------------------------------------------------------ generation
+    def generate(self, prompts: list[list[int]], params: SamplingParams, seeds: list[int] | None = None) -> list[Completion]:
+        """One completion per prompt, in order. `seeds` (one per prompt): each row samples from
+        its own generator seeded with it, whatever the batch; otherwise `params.seed` seeds the
+        global RNG once for the call."""
+        if seeds is not None and len(seeds) != len(prompts):
+            raise ValueError(f"seeds has {len(seeds)} entries for {len(prompts)} prompts; give one per prompt")
+        if params.seed is not None and seeds is None:
             torch.manual_seed(params.seed)
         order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
         results: list[Completion | None] = [None] * len(prompts)
@@ -105,59 +120,50 @@ class HFGenerateEngine:
             model = self._rollout_model()
             for start in range(0, len(order), self.max_batch_size):
                 idx = order[start : start + self.max_batch_size]
-                with torch.no_grad():
-                    outs = self._decode(model, [prompts[i] for i in idx], temperature, params.top_p, params.max_new_tokens)
+                gens = None
+                if seeds is not None:
+                    gens = [torch.Generator().manual_seed(int(seeds[i])) for i in idx]
+                with torch.no_grad(), self._autocast():
+                    outs = self._decode(model, [prompts[i] for i in idx], temperature, params.top_p, params.max_new_tokens, gens)
                 for i, toks in zip(idx, outs):
                     results[i] = self._cut(toks)
         finally:
             self.model.train(was_training)
         return results  # type: ignore[return-value]
 
-    def _left_pad(self, batch: list[list[int]], width: int):
-        import torch
-
-        ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long)  # (b, Lp)
-        att = torch.zeros((len(batch), width), dtype=torch.long)  # (b, Lp)
-        for r, p in enumerate(batch):
-            ids[r, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-            att[r, width - len(p) :] = 1
-        return ids, att
-
-    def _decode(self, model, batch: list[list[int]], temperature: float, top_p: float, max_new: int) -> list[list[int]]:
-        import torch
-
+    def _decode(self, model, batch: list[list[int]], temperature: float, top_p: float, max_new: int,
+                gens: list | None = None) -> list[list[int]]:
         kw = cache_kwarg(model)
+        dev = self.device
         b = len(batch)
         width = max(len(p) for p in batch)
         slot: dict[tuple[int, ...], int] = {}
         inv = [slot.setdefault(tuple(p), len(slot)) for p in batch]
         if self.share_prompts and len(slot) < b and width > 1:
             # prefill all but the last prompt position once per distinct prompt, copy the cache
-            ids_u, att_u = self._left_pad([list(p) for p in slot], width)  # (u, Lp) each
-            pos_u = (att_u.cumsum(-1) - 1).clamp(min=0)  # (u, Lp)
+            ids_u, att_u, pos_u = left_pad([list(p) for p in slot], self.pad_id, dev, width)  # (u, Lp) each
             pre = model(input_ids=ids_u[:, :-1], attention_mask=att_u[:, :-1], position_ids=pos_u[:, :-1],
                         use_cache=True, logits_to_keep=1)
-            cache = getattr(pre, "cache", None) or pre.past_key_values
-            sel = torch.tensor(inv, dtype=torch.long)  # (b,)
-            cache.batch_select_indices(sel)
-            att = att_u[sel]  # (b, Lp)
-            pos = pos_u[sel]
-            ids = ids_u[sel]
+            sel = torch.tensor(inv, dtype=torch.long, device=dev)  # (b,)
+            cache = select_rows(output_cache(pre), sel)
+            ids, att, pos = ids_u[sel], att_u[sel], pos_u[sel]  # (b, Lp) each
             out = model(input_ids=ids[:, -1:], attention_mask=att, position_ids=pos[:, -1:], use_cache=True,
                         logits_to_keep=1, **{kw: cache})
             self.prefill_rows_saved += b - len(slot)
         else:
-            ids, att = self._left_pad(batch, width)  # (b, Lp) each
-            pos = (att.cumsum(-1) - 1).clamp(min=0)  # (b, Lp)
+            ids, att, pos = left_pad(batch, self.pad_id, dev, width)  # (b, Lp) each
             out = model(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=True, logits_to_keep=1)
-        cache = getattr(out, "cache", None) or out.past_key_values
+        cache = output_cache(out)
         next_pos = pos[:, -1:] + 1  # (b, 1)
-        eos = torch.tensor(sorted(self.eos_ids), dtype=torch.long)
+        eos = torch.tensor(sorted(self.eos_ids), dtype=torch.long, device=dev)
         rows = list(range(b))  # batch row -> original index, for the rows still decoding
         tokens: list[list[int]] = [[] for _ in range(b)]
         logits = out.logits[:, -1]  # (b, V)
         for t in range(max_new):
-            tok = sample_tokens(logits, temperature, top_p)  # (b_active,)
+            u = None
+            if gens is not None and temperature > 0:
+                u = torch.stack([torch.rand(1, generator=gens[r]) for r in rows])  # (b_active, 1), one stream per row
+            tok = sample_tokens(logits, temperature, top_p, u=u)  # (b_active,)
             for r, v in zip(rows, tok.tolist()):
                 tokens[r].append(v)
             if t == max_new - 1:
@@ -167,13 +173,13 @@ class HFGenerateEngine:
                 if not bool(alive.any()):
                     break
                 keep = alive.nonzero().squeeze(1)  # (b_alive,)
-                cache.batch_select_indices(keep)
+                select_rows(cache, keep)
                 att, next_pos, tok = att[keep], next_pos[keep], tok[keep]
                 rows = [rows[i] for i in keep.tolist()]
-            att = torch.cat([att, torch.ones((att.shape[0], 1), dtype=att.dtype)], dim=1)  # (b_alive, L + 1)
+            att = torch.cat([att, torch.ones((att.shape[0], 1), dtype=att.dtype, device=dev)], dim=1)  # (b_alive, L + 1)
             out = model(input_ids=tok[:, None], attention_mask=att, position_ids=next_pos, use_cache=True,
                         logits_to_keep=1, **{kw: cache})
-            cache = getattr(out, "cache", None) or out.past_key_values
+            cache = output_cache(out)
             next_pos = next_pos + 1
             logits = out.logits[:, -1]
         return tokens

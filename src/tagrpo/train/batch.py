@@ -1,6 +1,6 @@
-"""Turning rollouts into training tensors: group ids per algorithm, anchoring, micro-batches.
+"""Where the algorithms differ, and only here: which prompts are sampled, how responses are
+grouped for the advantage, and which prompt their log-probs are computed on.
 
-This is where the algorithms differ, and only here:
 - grpo: a family is q0 with G samples; groups = families.
 - grpo-matched: q0 with (N+1)*G samples; groups = families (same budget as TA-GRPO).
 - ta-grpo: q0..qN with G samples each; groups = families (joint advantage); every log-prob is
@@ -13,12 +13,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
+
 
 @dataclass
 class Sample:
     """One response and everything the update needs to know about it."""
 
-    family: int  # global family index in this step
+    family: int  # family index in this step
     variant: int  # 0 = original question (for grpo-matched: the sample block index)
     gen_prompt_ids: list[int]  # prompt that generated it (q_variant)
     anchor_prompt_ids: list[int]  # q0's prompt
@@ -32,6 +34,19 @@ class Sample:
     extra: dict = field(default_factory=dict)
 
 
+def family_prompts(fam: int, prompts: list[list[int]], algorithm: str, g: int, num_neighbors: int,
+                   variants: str = "all") -> list[tuple[int, int, list[int]]]:
+    """(family, variant, prompt ids) per response to sample. `prompts` = [q0, q1..qN] ids;
+    variants: 'all', 'q0' or 'neighbors' (the two passes of `augment: on-uniform`)."""
+    anchor = prompts[0]
+    if algorithm == "grpo":
+        return [(fam, 0, anchor)] * g
+    if algorithm == "grpo-matched":
+        return [(fam, j // g, anchor) for j in range((num_neighbors + 1) * g)]
+    chosen = {"all": range(len(prompts)), "q0": [0], "neighbors": range(1, len(prompts))}[variants]
+    return [(fam, v, prompts[v]) for v in chosen for _ in range(g)]
+
+
 def advantage_group_ids(samples: list[Sample], algorithm: str, num_variants: int) -> list[int]:
     """The id each sample is normalized with: its family, or (family, variant) for the
     separate ablation. On-uniform families that were not augmented hold only variant 0, so
@@ -41,9 +56,15 @@ def advantage_group_ids(samples: list[Sample], algorithm: str, num_variants: int
     return [s.family for s in samples]
 
 
-def q0_group_mask(samples: list[Sample]) -> list[bool]:
-    """Samples of the q0 view: variant 0 (for grpo-matched, the first block of G)."""
-    return [s.variant == 0 for s in samples]
+def assign_advantages(samples: list[Sample], algorithm: str, num_variants: int, scale: str = "group", eps: float = 1e-6) -> None:
+    """group_advantages over the algorithm's group ids; sets `adv` and `adv_group` on each sample."""
+    from tagrpo.core import group_advantages
+
+    gids = advantage_group_ids(samples, algorithm, num_variants)
+    rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)  # (B,)
+    adv = group_advantages(rewards, torch.tensor(gids, dtype=torch.long), scale=scale, eps=eps)  # (B,)
+    for s, a, g in zip(samples, adv.tolist(), gids):
+        s.adv, s.adv_group = a, g
 
 
 def training_prompt(sample: Sample, algorithm: str) -> list[int]:
@@ -51,47 +72,13 @@ def training_prompt(sample: Sample, algorithm: str) -> list[int]:
     return sample.gen_prompt_ids if algorithm == "ta-grpo-unanchored" else sample.anchor_prompt_ids
 
 
-def pack_micro_batches(lengths: list[tuple[int, int]], token_budget: int) -> list[list[int]]:
-    """Group row indices so that rows * (max prompt len + max response len) <= token_budget.
-
-    lengths: (prompt_len, response_len) per row. Rows are sorted by total length so that padding
-    is small; a row longer than the budget gets a micro-batch of its own.
-    """
-    order = sorted(range(len(lengths)), key=lambda i: (lengths[i][0] + lengths[i][1], i))
-    batches: list[list[int]] = []
-    cur: list[int] = []
-    mp = mr = 0
-    for i in order:
-        p, r = lengths[i]
-        np_, nr = max(mp, p), max(mr, r)
-        if cur and (len(cur) + 1) * (np_ + nr) > token_budget:
-            batches.append(cur)
-            cur, np_, nr = [], p, r
-        cur.append(i)
-        mp, mr = np_, nr
-    if cur:
-        batches.append(cur)
-    return batches
-
-
-def collate(prompts: list[list[int]], responses: list[list[int]], pad_id: int):
-    """Left-pad prompts to Pm and right-pad responses to Tm, so every response starts at column
-    Pm. Returns input_ids (b, Pm+Tm), attention_mask (b, Pm+Tm), position_ids (b, Pm+Tm),
-    response_ids (b, Tm), response_mask (b, Tm)."""
-    import torch
-
-    b = len(prompts)
-    pm = max(len(p) for p in prompts)
-    tm = max(max(len(r) for r in responses), 1)
-    ids = torch.full((b, pm + tm), pad_id, dtype=torch.long)  # (b, Pm+Tm)
-    att = torch.zeros((b, pm + tm), dtype=torch.long)  # (b, Pm+Tm)
-    rmask = torch.zeros((b, tm), dtype=torch.float32)  # (b, Tm)
-    for i, (p, r) in enumerate(zip(prompts, responses)):
-        ids[i, pm - len(p) : pm] = torch.tensor(p, dtype=torch.long)
-        att[i, pm - len(p) : pm] = 1
-        if r:
-            ids[i, pm : pm + len(r)] = torch.tensor(r, dtype=torch.long)
-            att[i, pm : pm + len(r)] = 1
-            rmask[i, : len(r)] = 1.0
-    pos = (att.cumsum(-1) - 1).clamp(min=0)  # (b, Pm+Tm) positions ignore left padding
-    return ids, att, pos, ids[:, pm:], rmask
+def training_rows(samples: list[Sample], algorithm: str, filter_uniform: bool = False) -> list[Sample]:
+    """The samples the update trains on: all with a response, minus uniform groups under
+    `filter_uniform` (DAPO-style dynamic sampling)."""
+    keep = samples
+    if filter_uniform:
+        by_group: dict[int, set] = {}
+        for s in samples:
+            by_group.setdefault(s.adv_group, set()).add(s.reward)
+        keep = [s for s in samples if len(by_group[s.adv_group]) > 1]
+    return [s for s in keep if s.response_ids]

@@ -7,26 +7,8 @@ from typing import Optional
 
 import typer
 
-from tagrpo._cli_util import user_errors
+from tagrpo._cli_util import progress_printer, user_errors
 from tagrpo.errors import TagrpoError
-
-
-def progress_printer(console, total: int):
-    """A rich progress bar whose description shows reward and uniform fractions."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-    prog = Progress(TextColumn("[bold]step"), MofNCompleteColumn(), BarColumn(), TextColumn("{task.description}"),
-                    TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False)
-
-    def make(task_id, start: int):
-        def cb(m: dict) -> None:
-            desc = (f"reward {m['reward/mean']:.2f}  uniform q0 {m['uniform/q0']:.2f} "
-                    f"(✓{m['uniform/q0_all_correct']:.2f} ✗{m['uniform/q0_all_wrong']:.2f})  "
-                    f"family {m['uniform/family']:.2f}  {m['time/step']:.0f}s/step")
-            prog.update(task_id, completed=m["step"], description=desc)
-        return cb
-
-    return prog, make
 
 
 @user_errors
@@ -43,17 +25,19 @@ def train_command(
         return
     if config is None and resume is None:
         raise TagrpoError("give --config FILE (see configs/) or --resume RUN_DIR")
-    from accelerate import Accelerator
-    import torch
+    import os
+
     from rich.console import Console
 
-    acc = Accelerator(cpu=not torch.cuda.is_available())
+    from tagrpo.train.loop import Trainer, make_accelerator
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))  # set by accelerate launch / torchrun
     if resume is not None:
         cfg_path = config or (resume / "config.yaml")
-        cfg = load_config(cfg_path, list(set_) + [f"output_dir={resume}"], world_size=acc.num_processes)
+        cfg = load_config(cfg_path, list(set_) + [f"output_dir={resume}"], world_size=world)
     else:
-        cfg = load_config(config, set_, world_size=acc.num_processes)
-    from tagrpo.train.trainer import Trainer
+        cfg = load_config(config, set_, world_size=world)
+    acc = make_accelerator(cfg)
 
     console = Console()
     trainer = Trainer(cfg, resume=resume is not None, accelerator=acc, console=console)

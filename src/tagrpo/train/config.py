@@ -23,6 +23,7 @@ AUGMENT = ("always", "on-uniform")
 SCHEDULES = ("cosine", "constant", "linear")
 AUTOCAST = ("bf16", "none")
 NEIGHBOR_SOURCES = ("auto", "column", "rules")
+DEVICES = ("auto", "cpu", "cuda")
 
 
 def doc(text: str, default):
@@ -44,6 +45,8 @@ class TrainConfig:
     lora_target_modules: str = doc("Comma-separated module names, or 'all-linear'.", "all-linear")
     autocast: str = doc("bf16 autocast for the training forward/backward on CPU ('bf16') or fp32 ('none'); "
                         "with 'bf16' rollouts sample from a bf16 copy of the weights too.", "bf16")
+    device: str = doc("Device of the policy, the reference, rollouts and every tensor of the step: 'auto' (CUDA when "
+                      "present, else CPU), 'cpu' or 'cuda' (under `accelerate launch`, each process's own GPU).", "auto")
     threads: int = doc("torch.set_num_threads (0 = leave torch's default).", 0)
     attn_implementation: str = doc("Attention kernel of the policy: 'auto' (eager on CPU, where it trains ~1.3x faster than "
                                    "SDPA's flash backward at these lengths; the model's default on GPU), 'eager', 'sdpa', "
@@ -111,7 +114,7 @@ class TrainConfig:
             raise TagrpoError(f"config field '{key}': {msg}")
 
         for key, choices in (("algorithm", ALGORITHMS), ("augment", AUGMENT), ("schedule", SCHEDULES),
-                             ("autocast", AUTOCAST), ("neighbors", NEIGHBOR_SOURCES)):
+                             ("autocast", AUTOCAST), ("neighbors", NEIGHBOR_SOURCES), ("device", DEVICES)):
             if getattr(self, key) not in choices:
                 bad(key, f"{getattr(self, key)!r} is not valid; choose one of {', '.join(choices)}")
         from tagrpo.core import AGGREGATIONS, SCALES
@@ -138,6 +141,9 @@ class TrainConfig:
                 bad("num_neighbors", f"{self.algorithm} needs N >= 1 neighbors, got {self.num_neighbors}")
         if self.augment == "on-uniform" and not self.algorithm.startswith("ta-grpo"):
             bad("augment", f"'on-uniform' applies to TA-GRPO algorithms, not {self.algorithm!r}")
+        if self.adv_scale == "batch" and world_size > 1:
+            bad("adv_scale", f"'batch' normalizes over the whole batch, which {world_size} processes do not share; "
+                "use group or none, or run on one process")
         if self.questions_per_step % world_size:
             bad("questions_per_step", f"{self.questions_per_step} families do not split evenly over {world_size} processes; "
                 "families are never split, so make it a multiple of the process count")
@@ -147,6 +153,14 @@ class TrainConfig:
         if self.num_mini_batches > self.questions_per_step // world_size:
             bad("num_mini_batches", f"{self.num_mini_batches} mini-batches but only {self.questions_per_step // world_size} families per process")
         return self
+
+    def warnings(self) -> list[str]:
+        """Valid but probably unintended settings, said at the start of a run."""
+        out = []
+        if self.algorithm == "ta-grpo" and self.num_neighbors == 0:
+            out.append("config: algorithm ta-grpo with num_neighbors: 0 samples q0 only, which is plain GRPO "
+                       "(set num_neighbors >= 1 for TA-GRPO, or algorithm: grpo)")
+        return out
 
     @property
     def uses_neighbors(self) -> bool:

@@ -45,8 +45,7 @@ class RewardRunner:
         for c, a in zip(completions, answers):
             fut = self._pool.submit(self.fn, c, a)
             try:
-                v = float(fut.result(timeout=self.timeout))
-                out.append(v if v == v else 0.0)  # NaN -> 0
+                out.append(float(fut.result(timeout=self.timeout)))  # NaN / inf: scored 0 and counted by the caller
             except FutureTimeout:
                 self.timeouts += 1
                 out.append(0.0)

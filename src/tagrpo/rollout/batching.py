@@ -1,0 +1,66 @@
+"""Padding and KV-cache helpers shared by the rollout engine and the trainer's log-prob forwards.
+
+One left-padding helper (prompts end at the same column, so every response starts at the same
+column and positions ignore the padding), one right-padding helper (responses), and the few
+calls that move a transformers KV cache between batch rows. Every tensor is made on the device
+it is asked for, so the same code runs on a CPU or a GPU.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+
+def left_pad(seqs: list[list[int]], pad_id: int, device=None, width: int | None = None):
+    """Token lists left-padded to `width` (default: the longest). Returns ids (b, W) long,
+    attention mask (b, W) long, positions (b, W) long that count only real tokens."""
+    width = max(len(s) for s in seqs) if width is None else width
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)  # (b, W)
+    att = torch.zeros((len(seqs), width), dtype=torch.long)  # (b, W)
+    for r, s in enumerate(seqs):
+        if s:
+            ids[r, width - len(s):] = torch.tensor(s, dtype=torch.long)
+            att[r, width - len(s):] = 1
+    pos = (att.cumsum(-1) - 1).clamp(min=0)  # (b, W) positions ignore left padding
+    return ids.to(device), att.to(device), pos.to(device)
+
+
+def right_pad(seqs: list[list[int]], pad_id: int, device=None, width: int | None = None):
+    """Token lists right-padded to `width` (default: the longest, at least 1). Returns ids (b, T)
+    long and mask (b, T) float32 (1 on real tokens)."""
+    width = max(max((len(s) for s in seqs), default=0), 1) if width is None else width
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)  # (b, T)
+    mask = torch.zeros((len(seqs), width), dtype=torch.float32)  # (b, T)
+    for r, s in enumerate(seqs):
+        if s:
+            ids[r, : len(s)] = torch.tensor(s, dtype=torch.long)
+            mask[r, : len(s)] = 1.0
+    return ids.to(device), mask.to(device)
+
+
+def cache_kwarg(model) -> str:
+    """Name of a model's KV-cache argument: 'cache' in recent transformers, 'past_key_values' before."""
+    base = model
+    while hasattr(base, "module") and not hasattr(base, "config"):  # DDP and similar wrappers
+        base = base.module
+    base = base.get_base_model() if hasattr(base, "get_base_model") else base
+    return "cache" if "cache" in inspect.signature(type(base).forward).parameters else "past_key_values"
+
+
+def output_cache(out):
+    """The KV cache a forward with use_cache=True returned (either attribute name)."""
+    return getattr(out, "cache", None) or out.past_key_values
+
+
+def select_rows(cache, index: torch.Tensor):
+    """Keep (or repeat) batch rows of a KV cache in place: row i of the result is row index[i]."""
+    cache.batch_select_indices(index)
+    return cache
+
+
+def model_device(model) -> torch.device:
+    """The device of a model's first parameter (CPU for a model without parameters)."""
+    p = next(iter(model.parameters()), None)
+    return p.device if p is not None else torch.device("cpu")

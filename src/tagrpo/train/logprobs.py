@@ -1,0 +1,294 @@
+"""Response log-probs (and entropies) for the update, without ever holding (rows, T, vocab) logits.
+
+The model runs with its output layer swapped for the identity, so its forward returns the final
+hidden states (rows, T, H); the vocabulary projection, the temperature and the log-softmax then
+run over chunks of tokens (`chunked_logprobs`), and the backward pass recomputes each chunk's
+logits instead of keeping them. Peak memory is O(chunk x vocab) instead of O(rows x T x vocab)
+(SmolLM2: 49,152 words; Qwen3: 151,936), with the same values and gradients as the plain
+`log_softmax(lm_head(h) / T)` (tested).
+
+Two forwards produce the hidden states:
+- `plain`: (prompt + response) rows, prompts left-padded so every response starts at one column;
+- `shared_prefix`: each distinct prompt runs once (TA-GRPO: one anchor q0 per family; GRPO: one
+  per question), its KV-cache row is repeated for every response of that prompt, and gradients
+  flow back through it.
+Both see the prompt the caller passes: q0 for every TA-GRPO response (anchoring), q_n only for
+the unanchored ablation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch import nn
+
+from tagrpo.rollout.batching import cache_kwarg, left_pad, output_cache, right_pad, select_rows
+
+#: float32 elements of one chunk of logits: 4M (16 MB) -> 85 tokens at a 49k vocabulary
+CHUNK_ELEMENTS = 1 << 22
+
+
+def autocast_ctx(device: torch.device, enabled: bool):
+    """bf16 autocast for the device's type (CPU or CUDA), or nothing."""
+    return torch.autocast(device.type, dtype=torch.bfloat16) if enabled else contextlib.nullcontext()
+
+
+def _unwrap(model):
+    """The transformers model inside DDP / PEFT wrappers (modules are shared, not copied)."""
+    while hasattr(model, "module") and not hasattr(model, "get_output_embeddings"):
+        model = model.module
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+@contextlib.contextmanager
+def hidden_states_out(model):
+    """Within this block `model(...)` returns final hidden states in `.logits` (its output
+    layer is the identity), and yields the real output layer. The forward still goes through
+    every wrapper (DDP hooks, PEFT adapters)."""
+    base = _unwrap(model)
+    head = base.get_output_embeddings()
+    name = next(n for n, m in base.named_children() if m is head)
+    setattr(base, name, nn.Identity())
+    try:
+        yield head
+    finally:
+        setattr(base, name, head)
+
+
+class _LinearLogProbs(torch.autograd.Function):
+    """log softmax((h @ W.T + b) / temperature)[target] over chunks of rows of h, and the
+    entropy of the same distribution (no gradient). The backward recomputes each chunk's logits
+    from the saved log-sum-exp: d logp / d logits = (onehot(target) - softmax) / temperature."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, target, temperature, chunk, compute_dtype, want_entropy):
+        n = hidden.shape[0]  # hidden (N, H), weight (V, H), target (N,)
+        logp = torch.empty(n, dtype=torch.float32, device=hidden.device)  # (N,)
+        lse = torch.empty(n, dtype=torch.float32, device=hidden.device)  # (N,)
+        ent = torch.empty(n if want_entropy else 0, dtype=torch.float32, device=hidden.device)  # (N,)
+        with torch.autocast(hidden.device.type, enabled=False):
+            w = weight.to(compute_dtype)  # (V, H)
+            b = bias.to(compute_dtype) if bias is not None else None
+            for s in range(0, n, chunk):
+                z = _logits(hidden[s : s + chunk], w, b, compute_dtype, temperature)  # (n, V) float32
+                lse_c = torch.logsumexp(z, dim=-1)  # (n,)
+                lse[s : s + chunk] = lse_c
+                logp[s : s + chunk] = z.gather(1, target[s : s + chunk, None]).squeeze(1) - lse_c
+                if want_entropy:
+                    p = torch.exp(z - lse_c[:, None])  # (n, V)
+                    ent[s : s + chunk] = lse_c - (p * z).sum(-1)
+        ctx.save_for_backward(hidden, weight, bias, target, lse)
+        ctx.temperature, ctx.chunk, ctx.compute_dtype = temperature, chunk, compute_dtype
+        ctx.mark_non_differentiable(ent)
+        return logp, ent
+
+    @staticmethod
+    def backward(ctx, g_logp, _g_ent):
+        hidden, weight, bias, target, lse = ctx.saved_tensors
+        cd, t, chunk = ctx.compute_dtype, ctx.temperature, ctx.chunk
+        g_h = torch.zeros_like(hidden) if ctx.needs_input_grad[0] else None  # (N, H)
+        g_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if ctx.needs_input_grad[1] else None
+        g_b = torch.zeros(bias.shape, dtype=torch.float32, device=bias.device) if bias is not None and ctx.needs_input_grad[2] else None
+        with torch.autocast(hidden.device.type, enabled=False):
+            w = weight.to(cd)  # (V, H)
+            b = bias.to(cd) if bias is not None else None
+            rows = torch.arange(min(chunk, hidden.shape[0]), device=hidden.device)
+            for s in range(0, hidden.shape[0], chunk):
+                h = hidden[s : s + chunk].to(cd)  # (n, H)
+                z = _logits(h, w, b, cd, t)  # (n, V)
+                g = g_logp[s : s + chunk].float()  # (n,)
+                gz = torch.exp(z - lse[s : s + chunk, None]).mul_(-g[:, None])  # (n, V) = -g * softmax
+                gz[rows[: h.shape[0]], target[s : s + chunk]] += g
+                gz = gz.div_(t).to(cd)  # d/d(h W^T + b)
+                if g_h is not None:
+                    g_h[s : s + chunk] = (gz @ w).to(hidden.dtype)
+                if g_w is not None:
+                    g_w += (gz.t() @ h).float()
+                if g_b is not None:
+                    g_b += gz.float().sum(0)
+        return (g_h, g_w.to(weight.dtype) if g_w is not None else None,
+                g_b.to(bias.dtype) if g_b is not None else None, None, None, None, None, None)
+
+
+def _logits(h, w, b, compute_dtype, temperature):
+    z = h.to(compute_dtype) @ w.t()  # (n, V)
+    if b is not None:
+        z = z + b
+    return z.float() / temperature
+
+
+def _chunked_generic(head, hidden, target, temperature, chunk, want_entropy):
+    """Any output layer (LoRA on lm_head, ...): each chunk under activation checkpointing."""
+    from torch.utils.checkpoint import checkpoint
+
+    def one(h, tgt):
+        z = head(h).float() / temperature  # (n, V)
+        return z.gather(1, tgt[:, None]).squeeze(1) - torch.logsumexp(z, dim=-1)
+
+    logp, ent = [], []
+    for s in range(0, hidden.shape[0], chunk):
+        h, tgt = hidden[s : s + chunk], target[s : s + chunk]
+        logp.append(checkpoint(one, h, tgt, use_reentrant=False))
+        if want_entropy:
+            with torch.no_grad():
+                z = head(h).float() / temperature
+                lse = torch.logsumexp(z, dim=-1)
+                ent.append(lse - (torch.exp(z - lse[:, None]) * z).sum(-1))
+    return torch.cat(logp), (torch.cat(ent) if want_entropy else None)
+
+
+def chunked_logprobs(head, hidden, target, *, temperature: float = 1.0, autocast: bool = False,
+                     want_entropy: bool = False, chunk: int = 0):
+    """Log-probs of `target` (b, T) under log_softmax(head(hidden) / temperature), hidden (b, T, H),
+    chunk x vocab logits at a time. Returns (logp (b, T) float32, entropy (b, T) or None).
+    `autocast`: the projection runs in bf16 as under autocast (fp32 accumulate and softmax)."""
+    b, t, hdim = hidden.shape
+    flat = hidden.reshape(b * t, hdim)  # (N, H)
+    tgt = target.reshape(b * t)  # (N,)
+    vocab = head.weight.shape[0]
+    chunk = chunk or max(16, CHUNK_ELEMENTS // vocab)
+    if type(head) is nn.Linear:
+        cd = torch.bfloat16 if autocast else head.weight.dtype
+        logp, ent = _LinearLogProbs.apply(flat, head.weight, head.bias, tgt, float(temperature), chunk, cd, want_entropy)
+        ent = ent if want_entropy else None
+    else:
+        with autocast_ctx(hidden.device, autocast):
+            logp, ent = _chunked_generic(head, flat, tgt, temperature, chunk, want_entropy)
+    return logp.reshape(b, t), (ent.reshape(b, t) if ent is not None else None)
+
+
+# ---------------------------------------------------------------------------------- forwards
+def plain_hidden(model, prompts, responses, pad_id: int, device, autocast: bool):
+    """(prompt + response) rows, prompts left-padded: hidden states predicting each response
+    token (b, T, H), response ids (b, T), response mask (b, T)."""
+    ids_p, att_p, _ = left_pad(prompts, pad_id, device)  # (b, Pm) each
+    resp, rmask = right_pad(responses, pad_id, device)  # (b, T)
+    t = resp.shape[1]
+    ids = torch.cat([ids_p, resp], dim=1)  # (b, Pm+T)
+    att = torch.cat([att_p, rmask.long()], dim=1)  # (b, Pm+T)
+    pos = (att.cumsum(-1) - 1).clamp(min=0)  # (b, Pm+T)
+    with autocast_ctx(device, autocast):
+        out = model(input_ids=ids, attention_mask=att, position_ids=pos, logits_to_keep=t + 1, use_cache=False)
+    return out.logits[:, :-1], resp, rmask  # (b, T, H)
+
+
+def shared_prefix_hidden(model, prompts, responses, groups, pad_id: int, device, autocast: bool):
+    """Each distinct prompt once (left padded), its KV rows gathered for every response of it
+    (`groups[i]` = index into `prompts` of response i). Same outputs as `plain_hidden`."""
+    ids_p, att_p, pos_p = left_pad(prompts, pad_id, device)  # (k, Pm) each
+    resp, rmask = right_pad(responses, pad_id, device)  # (b, T)
+    t = resp.shape[1]
+    g = torch.tensor(groups, dtype=torch.long, device=device)  # (b,)
+    att = torch.cat([att_p[g], rmask.long()], dim=1)  # (b, Pm+T)
+    pos = att_p.sum(-1)[g].unsqueeze(1) + torch.arange(t, device=device).unsqueeze(0)  # (b, T)
+    with autocast_ctx(device, autocast):
+        pre = model(input_ids=ids_p, attention_mask=att_p, position_ids=pos_p, use_cache=True, logits_to_keep=1)
+        cache = select_rows(output_cache(pre), g)  # (k, ...) -> (b, ...): each response gets its prompt's KV rows
+        out = model(input_ids=resp, attention_mask=att, position_ids=pos, use_cache=True, logits_to_keep=t,
+                    **{cache_kwarg(model): cache})
+    hidden = torch.cat([pre.logits[:, -1:][g], out.logits[:, :-1]], dim=1)  # (b, T, H): row 0 predicts token 0
+    return hidden, resp, rmask
+
+
+def response_logprobs(model, prompts, responses, *, pad_id: int, device, temperature: float = 1.0,
+                      autocast: bool = False, shared_prefix: bool = False, want_entropy: bool = False,
+                      chunked: bool = True):
+    """Log-probs (b, T), response mask (b, T) and entropies (b, T) or None of `responses` after
+    `prompts` (one prompt per response). With `shared_prefix`, each distinct prompt runs once.
+    `chunked=False` is the plain full-logits path, for models whose logits are not just their
+    output layer (soft-capping, scaling); it holds (b, T, vocab)."""
+    if shared_prefix:
+        distinct: dict[tuple, int] = {}
+        groups = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
+        uniq = [list(p) for p in distinct]
+
+        def fwd():
+            return shared_prefix_hidden(model, uniq, responses, groups, pad_id, device, autocast)
+    else:
+        def fwd():
+            return plain_hidden(model, prompts, responses, pad_id, device, autocast)
+
+    if not chunked:
+        from tagrpo.core import selective_log_softmax, token_entropy
+
+        logits, resp, rmask = fwd()
+        logits = logits.float() / temperature  # (b, T, V)
+        ent = token_entropy(logits.detach()) if want_entropy else None
+        return selective_log_softmax(logits, resp), rmask, ent
+    with hidden_states_out(model) as head:
+        hidden, resp, rmask = fwd()  # (b, T, H)
+    logp, ent = chunked_logprobs(head, hidden, resp, temperature=temperature, autocast=autocast, want_entropy=want_entropy)
+    return logp, rmask, ent
+
+
+def head_is_plain(model) -> bool:
+    """True when the model's logits are exactly its output layer applied to the hidden states
+    that `hidden_states_out` returns (no soft-capping or scaling), checked on a short input."""
+    dev = next(model.parameters()).device
+    ids = torch.arange(1, 5, device=dev).unsqueeze(0) % _unwrap(model).config.vocab_size  # (1, 4)
+    with torch.no_grad():
+        full = model(input_ids=ids, use_cache=False).logits.float()  # (1, 4, V)
+        with hidden_states_out(model) as head:
+            h = model(input_ids=ids, use_cache=False).logits
+        return bool(torch.allclose(head(h).float(), full, atol=1e-4, rtol=1e-4))
+
+
+# ---------------------------------------------------------------------------------- packing
+def pack_micro_batches(lengths: list[tuple[int, int]], token_budget: int) -> list[list[int]]:
+    """Group row indices so that rows * (max prompt len + max response len) <= token_budget.
+
+    lengths: (prompt_len, response_len) per row. Rows are sorted by total length so that padding
+    is small; a row longer than the budget gets a micro-batch of its own.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i][0] + lengths[i][1], i))
+    batches: list[list[int]] = []
+    cur: list[int] = []
+    mp = mr = 0
+    for i in order:
+        p, r = lengths[i]
+        np_, nr = max(mp, p), max(mr, r)
+        if cur and (len(cur) + 1) * (np_ + nr) > token_budget:
+            batches.append(cur)
+            cur, np_, nr = [], p, r
+        cur.append(i)
+        mp, mr = np_, nr
+    if cur:
+        batches.append(cur)
+    return batches
+
+
+def pack_shared_prefix(prompts: list[list[int]], responses: list[list[int]], idx: list[int], budget: int) -> list[list[int]]:
+    """Micro-batches of row indices for the shared-prefix forward: rows ordered by prompt (for
+    TA-GRPO the anchor of a whole family), as many prompts' rows per micro-batch as fit in the
+    budget, counted as prompts x longest prompt + rows x longest response."""
+    by_prompt: dict[tuple, list[int]] = {}
+    for i in idx:
+        by_prompt.setdefault(tuple(prompts[i]), []).append(i)
+    out: list[list[int]] = []
+    cur: list[int] = []
+    n_prompts = max_p = max_t = 0
+    for prompt, members in by_prompt.items():
+        members.sort(key=lambda i: len(responses[i]))
+        new_prompt = True
+        for i in members:
+            k = n_prompts + new_prompt
+            p, t = max(max_p, len(prompt)), max(max_t, len(responses[i]))
+            if cur and k * p + (len(cur) + 1) * t > budget:
+                out.append(cur)
+                cur, n_prompts, max_p, max_t, new_prompt = [], 0, 0, 0, True
+                k, p, t = 1, len(prompt), len(responses[i])
+            cur.append(i)
+            n_prompts, max_p, max_t, new_prompt = k, p, t, False
+    if cur:
+        out.append(cur)
+    return out
+
+
+def computed_tokens(prompts: list[list[int]], responses: list[list[int]], shared_prefix: bool) -> int:
+    """Tokens one forward runs through the model, padding included (for FLOP/s accounting)."""
+    t = max(len(r) for r in responses)
+    if not shared_prefix:
+        return len(prompts) * (max(len(p) for p in prompts) + t)
+    uniq = {tuple(p) for p in prompts}
+    return len(uniq) * max(len(p) for p in uniq) + len(responses) * t

@@ -1,0 +1,125 @@
+"""What a step logs about its rollouts, and where logged metrics go (metrics.jsonl, TensorBoard,
+Weights & Biases).
+
+The rollout metrics hold the paper's diagnostic: `uniform/q0*` is the plain GRPO view (are q0's
+G rewards all equal?) and `uniform/family*` the TA-GRPO view (are all (N+1)*G equal?), with
+all-correct and all-wrong counted apart.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import torch
+
+from tagrpo.train.batch import Sample
+
+
+def rollout_metrics(samples: list[Sample], *, on_uniform: bool = False, gather=None) -> dict[str, float]:
+    """Reward, uniform-group, advantage and length statistics of a step's samples (all
+    processes' when `gather` collects a list from every rank)."""
+    from tagrpo.core import nonzero_advantage_fraction, uniform_fraction
+
+    recs = [(s.family, s.variant, s.reward, s.adv, len(s.response_ids), s.finished, bool(s.extra.get("augmented", True)))
+            for s in samples]
+    if gather is not None:
+        recs = gather(recs)
+    fam = torch.tensor([r[0] for r in recs], dtype=torch.long)  # (B,)
+    var = torch.tensor([r[1] for r in recs], dtype=torch.long)  # (B,)
+    rew = torch.tensor([r[2] for r in recs], dtype=torch.float32)  # (B,)
+    adv = torch.tensor([r[3] for r in recs], dtype=torch.float32)  # (B,)
+    lens = [r[4] for r in recs]
+    m: dict[str, float] = {"reward/mean": rew.mean().item(), "reward/std": rew.std(unbiased=False).item()}
+    for v in sorted(set(var.tolist())):
+        sel = rew[var == v]
+        m[f"reward/variant_{v}/mean"] = sel.mean().item()
+        m[f"reward/variant_{v}/std"] = sel.std(unbiased=False).item()
+    q0 = var == 0
+    uq, uf = uniform_fraction(rew[q0], fam[q0]), uniform_fraction(rew, fam)
+    for k in ("uniform", "all_correct", "all_wrong"):
+        suffix = "" if k == "uniform" else f"_{k}"
+        m[f"uniform/q0{suffix}"] = uq[k]
+        m[f"uniform/family{suffix}"] = uf[k]
+    m["adv/nonzero_frac"] = nonzero_advantage_fraction(adv)
+    m["adv/abs_mean"] = adv.abs().mean().item()
+    m["response/length_mean"] = sum(lens) / len(lens)
+    m["response/length_max"] = float(max(lens))
+    m["response/truncation_rate"] = sum(1 for r in recs if not r[5]) / len(recs)
+    m["rollout/responses"] = float(len(recs))
+    if on_uniform:
+        fams = {r[0]: r[6] for r in recs}
+        m["rollout/augmented_frac"] = sum(fams.values()) / max(1, len(fams))
+    return m
+
+
+def diversity_metrics(samples: list[Sample], algorithm: str) -> dict[str, float]:
+    """Mean pairwise embedding distance of each family's responses ({} without the embedder)."""
+    try:
+        from tagrpo.eval.diversity import mean_pairwise_distance
+    except ImportError:
+        return {}
+    by_fam: dict[int, list[str]] = {}
+    for s in samples:
+        if s.variant == 0 or algorithm != "grpo-matched":
+            by_fam.setdefault(s.family, []).append(s.text)
+    return {"diversity/mean_pairwise_distance": float(mean_pairwise_distance(list(by_fam.values())))}
+
+
+class MetricsLog:
+    """metrics.jsonl (one fsynced JSON line per step), plus TensorBoard / W&B when asked."""
+
+    def __init__(self, run_dir: Path, tensorboard: bool = False, wandb_project: str | None = None, config: dict | None = None,
+                 say=print):
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self.tb = self.wandb = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self.tb = SummaryWriter(str(Path(run_dir) / "tb"))
+            except Exception as e:  # noqa: BLE001 - logging must not stop training
+                say(f"[yellow]TensorBoard disabled: {e}[/yellow]")
+        if wandb_project:
+            try:
+                import wandb  # type: ignore
+            except ImportError:
+                from tagrpo.errors import TagrpoError
+
+                raise TagrpoError("wandb: true but the `wandb` package is not installed (pip install wandb)") from None
+            self.wandb = wandb.init(project=wandb_project, config=config, dir=str(run_dir))
+
+    def trim(self, keep_upto: int) -> None:
+        """Drop lines of steps after `keep_upto` (a resumed run rewrites them) and a line cut by a kill."""
+        if not self.path.exists():
+            return
+        kept = []
+        for ln in self.path.read_text().splitlines():
+            try:
+                if ln.strip() and json.loads(ln).get("step", 0) <= keep_upto:
+                    kept.append(ln)
+            except json.JSONDecodeError:
+                continue
+        tmp = self.path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(x + "\n" for x in kept))
+        os.replace(tmp, self.path)
+
+    def log(self, metrics: dict) -> None:
+        with open(self.path, "a") as f:
+            f.write(json.dumps(metrics) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        step = int(metrics["step"])
+        if self.tb is not None:
+            for k, v in metrics.items():
+                if isinstance(v, (int, float)) and k != "step" and math.isfinite(v):
+                    self.tb.add_scalar(k, v, step)
+            self.tb.flush()
+        if self.wandb is not None:
+            self.wandb.log({k: v for k, v in metrics.items() if isinstance(v, (int, float))}, step=step)
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()

@@ -1,0 +1,94 @@
+"""Building what the update trains: the policy (full weights or LoRA), the frozen reference for
+the KL, the optimizer and the LR schedule, all on one device.
+
+CPU-only settings switch on by device type, never elsewhere: `attn_implementation: auto` is
+eager attention for the update on a CPU (it trains faster than SDPA's flash backward there) and
+the model's own choice (SDPA / flash) on a GPU.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+
+import torch
+
+from tagrpo.errors import TagrpoError
+from tagrpo.train.config import TrainConfig
+
+
+def lr_lambda(schedule: str, warmup: int, total: int):
+    """LR multiplier of update `step` (0-based): linear warm-up over `warmup` updates, then
+    constant, linear or cosine decay to 0 at update `total`."""
+    def f(step: int) -> float:
+        if warmup and step < warmup:
+            return (step + 1) / warmup
+        if schedule == "constant":
+            return 1.0
+        progress = min(max((step - warmup) / max(1, total - warmup), 0.0), 1.0)
+        if schedule == "linear":
+            return 1.0 - progress
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return f
+
+
+def training_attention(cfg: TrainConfig, device: torch.device) -> str | None:
+    """The attention kernel of the training forward (None: the model's own)."""
+    if cfg.attn_implementation == "auto":
+        return "eager" if device.type == "cpu" else None
+    return cfg.attn_implementation
+
+
+def load_models(cfg: TrainConfig, device: torch.device, ckpt: Path | None = None):
+    """(policy, tokenizer, reference or None, training attention) with the policy and the
+    reference on `device`. The reference is the initial policy, also when resuming; under LoRA
+    there is none (the base model with the adapter disabled is the reference)."""
+    from tagrpo.models import load_policy, make_tiny_model
+
+    model, tok = make_tiny_model(seed=cfg.seed) if cfg.model == "tiny" else load_policy(cfg.model)
+    ref = None
+    if cfg.beta > 0 and not cfg.lora:
+        ref = copy.deepcopy(model).eval()
+        for p in ref.parameters():
+            p.requires_grad_(False)
+        ref.to(device)
+    if ckpt is not None and not cfg.lora:
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(ckpt / "model", dtype=torch.float32)
+    attn = training_attention(cfg, device)
+    if attn:  # fail now, with the field's name, if this model cannot use it
+        prev = model.config._attn_implementation
+        try:
+            model.set_attn_implementation(attn)
+            if ref is not None:
+                ref.set_attn_implementation(attn)  # the reference only runs in the update
+        except (ValueError, ImportError) as e:
+            raise TagrpoError(f"config field 'attn_implementation': {attn!r} cannot be used with this model: {e}") from None
+        model.set_attn_implementation(prev)
+    tok.padding_side = "left"
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    if cfg.lora:
+        from peft import LoraConfig, PeftModel, get_peft_model
+
+        if ckpt is not None:
+            model = PeftModel.from_pretrained(model, ckpt / "model", is_trainable=True)
+        else:
+            targets = "all-linear" if cfg.lora_target_modules == "all-linear" else [t.strip() for t in cfg.lora_target_modules.split(",")]
+            model = get_peft_model(model, LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                                                     target_modules=targets, task_type="CAUSAL_LM"))
+    model.config.use_cache = False
+    return model.to(device), tok, ref, attn
+
+
+def make_optimizer(model, cfg: TrainConfig):
+    """Fused AdamW (one kernel over all parameters, CPU and CUDA) and its LR schedule, sized as
+    steps x ppo_epochs x num_mini_batches updates."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2), weight_decay=cfg.weight_decay, fused=True)
+    updates = cfg.steps * cfg.ppo_epochs * cfg.num_mini_batches
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg.schedule, int(round(cfg.warmup_ratio * updates)), updates))
+    return opt, sched

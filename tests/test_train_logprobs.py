@@ -1,0 +1,112 @@
+"""Chunked response log-probs (`tagrpo.train.logprobs`) against the plain full-logits computation:
+same values, same entropies, same gradients, for every forward (plain, shared prefix) and
+output layer (plain Linear, with bias, any module), with and without bf16 autocast."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from tagrpo.models.tiny import make_tiny_model
+from tagrpo.train import logprobs as L
+
+
+def _reference(head, hidden, target, temperature, autocast):
+    with L.autocast_ctx(hidden.device, autocast):
+        z = head(hidden)
+    z = z.float() / temperature  # (b, T, V)
+    logp = torch.log_softmax(z, -1).gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (b, T)
+    p = torch.softmax(z, -1)
+    ent = -(p * torch.log_softmax(z, -1)).sum(-1)
+    return logp, ent
+
+
+class Wrapped(nn.Module):  # an output layer that is not a plain nn.Linear (the generic path)
+    def __init__(self, lin):
+        super().__init__()
+        self.inner = lin
+        self.weight = lin.weight
+
+    def forward(self, h):
+        return self.inner(h)
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+@pytest.mark.parametrize("kind", ["linear", "bias", "generic"])
+@pytest.mark.parametrize("chunk", [3, 0])
+def test_chunked_logprobs_equal_full_logits_in_value_entropy_and_gradient(kind, autocast, chunk):
+    torch.manual_seed(0)
+    b, t, h, v = 3, 5, 8, 37
+    head = nn.Linear(h, v, bias=kind == "bias")
+    if kind == "generic":
+        head = Wrapped(head)
+    hidden = torch.randn(b, t, h, requires_grad=True)
+    target = torch.randint(0, v, (b, t))
+    g = torch.randn(b, t)  # an arbitrary upstream gradient
+    grads = []
+    for fn in ("ref", "chunked"):
+        head.zero_grad()
+        hidden.grad = None
+        if fn == "ref":
+            logp, ent = _reference(head, hidden, target, 0.7, autocast)
+        else:
+            logp, ent = L.chunked_logprobs(head, hidden, target, temperature=0.7, autocast=autocast, want_entropy=True, chunk=chunk)
+        (logp * g).sum().backward()
+        grads.append((logp.detach(), ent.detach(), hidden.grad.clone(), *[p.grad.clone() for p in head.parameters()]))
+    tol = dict(atol=2e-2, rtol=2e-2) if autocast else dict(atol=1e-5, rtol=1e-5)
+    for a, c in zip(grads[0], grads[1]):
+        torch.testing.assert_close(c, a, **tol)
+
+
+def test_chunked_logprobs_need_no_full_logits_tensor():
+    """The forward keeps nothing of size (N, V) for backward: only hidden, weight, lse."""
+    hidden = torch.randn(2, 64, 8, requires_grad=True)
+    head = nn.Linear(8, 1000, bias=False)
+    saved = []
+
+    def pack(x):
+        saved.append(x.numel())
+        return x
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
+        logp, _ = L.chunked_logprobs(head, hidden, torch.zeros(2, 64, dtype=torch.long), chunk=16)
+    assert max(saved) < 2 * 64 * 1000 // 4, saved
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.manual_seed(0)
+    model, tok = make_tiny_model(seed=1)
+    return model, tok
+
+
+@pytest.mark.parametrize("shared", [False, True])
+@pytest.mark.parametrize("autocast", [False, True])
+def test_response_logprobs_chunked_equal_full_logits_with_and_without_shared_prefix(tiny, shared, autocast):
+    model, tok = tiny
+    prompts = [[5, 6, 7], [5, 6, 7], [9, 10, 11, 12, 13], [5, 6, 7]]
+    responses = [[20, 21, 22], [23], [24, 25, 26, 27, 28], [29, 30]]
+    out = []
+    for chunked in (False, True):
+        model.zero_grad()
+        logp, mask, ent = L.response_logprobs(model, prompts, responses, pad_id=0, device=torch.device("cpu"),
+                                              temperature=0.9, autocast=autocast, shared_prefix=shared,
+                                              want_entropy=True, chunked=chunked)
+        (logp * mask).sum().backward()
+        out.append(((logp * mask).detach(), (ent * mask).detach(),
+                    {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
+    tol = dict(atol=3e-2, rtol=3e-2) if autocast else dict(atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(out[1][0], out[0][0], **tol)
+    torch.testing.assert_close(out[1][1], out[0][1], **tol)
+    assert out[0][2].keys() == out[1][2].keys()
+    for n in out[0][2]:
+        scale = float(out[0][2][n].abs().max()) + 1e-12
+        torch.testing.assert_close(out[1][2][n] / scale, out[0][2][n] / scale, atol=tol["atol"], rtol=0, msg=n)
+
+
+def test_head_check_accepts_plain_heads_and_restores_the_output_layer(tiny):
+    model, _ = tiny
+    head = model.get_output_embeddings()
+    assert L.head_is_plain(model)
+    assert model.get_output_embeddings() is head

@@ -1,0 +1,199 @@
+"""The update's invariants: what it logs and the gradient it takes do not depend on how rows
+are packed or skipped; the LR schedule; AdamW with zero gradients; old and reference log-probs
+anchored on q0 with several epochs and mini-batches; per-row rollout seeds; non-finite rewards."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from tagrpo.errors import TagrpoError
+from tagrpo.train import update as U
+from tagrpo.train.config import load_config
+from tagrpo.train.model import lr_lambda
+from tagrpo.train.trainer import Trainer
+from train_helpers import ROWS, tiny_cfg
+
+AGGS = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+LOSS = ("loss/policy", "loss/kl", "loss/total")
+
+
+def _trainer(tmp_path, *ov):
+    t = Trainer(tiny_cfg(tmp_path, *ov), rows=copy.deepcopy(ROWS))
+    t.setup()
+    return t
+
+
+def _count_micro_batches(monkeypatch):
+    calls = []
+    real = U._forward
+
+    def spy(learner, model, rows, mb, *a, **k):
+        if torch.is_grad_enabled():
+            calls.append(len(mb))
+        return real(learner, model, rows, mb, *a, **k)
+
+    monkeypatch.setattr(U, "_forward", spy)
+    return calls
+
+
+def _assert_same_grads(a, b):
+    for (n, pa), (_, pb) in zip(a.model.named_parameters(), b.model.named_parameters()):
+        scale = float(pb.grad.abs().max()) + 1e-12
+        torch.testing.assert_close(pa.grad / scale, pb.grad / scale, atol=2e-5, rtol=0, msg=n)
+
+
+@pytest.mark.parametrize("shared", ["true", "false"])
+@pytest.mark.parametrize("agg", AGGS)
+def test_gradient_and_logged_loss_do_not_depend_on_micro_batching(tmp_path, monkeypatch, agg, shared):
+    common = (f"agg={agg}", f"shared_prefix={shared}", "skip_zero_adv=false", "beta=0.05", "questions_per_step=2")
+    a = _trainer(tmp_path / "a", *common, "micro_batch_tokens=100000")
+    b = _trainer(tmp_path / "b", *common, "micro_batch_tokens=48")
+    calls = _count_micro_batches(monkeypatch)
+    ma = a.train_step(0)
+    n_one = len(calls)
+    mb = b.train_step(0)
+    assert n_one == 1 and len(calls) - n_one > 2, calls  # one micro-batch vs several
+    _assert_same_grads(a, b)
+    for k in (*LOSS, "loss/clipfrac", "loss/ratio_mean"):
+        assert mb[k] == pytest.approx(ma[k], abs=1e-6), k
+    assert any(float(p.grad.abs().max()) > 0 for p in a.model.parameters())
+
+
+@pytest.mark.parametrize("agg", AGGS)
+def test_skipping_zero_advantage_rows_changes_neither_gradient_nor_logged_loss(tmp_path, agg):
+    common = (f"agg={agg}", "reward=tagrpo.rewards.toy:parity_on_even_answers", "questions_per_step=4")
+    a = _trainer(tmp_path / "a", *common, "skip_zero_adv=true", "micro_batch_tokens=64")
+    b = _trainer(tmp_path / "b", *common, "skip_zero_adv=false", "micro_batch_tokens=100000")
+    ma, mb = a.train_step(0), b.train_step(0)
+    assert 0 < ma["train/rows_skipped_zero_adv"] < ma["train/rows"]
+    _assert_same_grads(a, b)
+    for k in LOSS:
+        assert ma[k] == pytest.approx(mb[k], abs=1e-6), k
+
+
+def test_sum_norm_divides_by_the_response_budget_not_the_padded_width():
+    from tagrpo.core import aggregate, policy_loss
+
+    vals = torch.tensor([[1.0, 2.0, 0.0], [3.0, 0.0, 0.0]])  # (2, 3)
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    assert aggregate(vals, mask, "seq-mean-token-sum-norm", norm_len=10).item() == pytest.approx((3 / 10 + 3 / 10) / 2)
+    assert aggregate(vals, mask, "seq-mean-token-sum-norm").item() == pytest.approx((3 / 3 + 3 / 3) / 2)
+    # the same rows padded to another width give the same loss once norm_len is fixed
+    lp = torch.randn(2, 3)
+    wide = torch.cat([lp, torch.zeros(2, 5)], 1)
+    adv = torch.tensor([1.0, -1.0])
+    a, _ = policy_loss(lp, lp + 0.1, adv, mask, agg="seq-mean-token-sum-norm", norm_len=16)
+    b, _ = policy_loss(wide, wide + 0.1, adv, torch.cat([mask, torch.zeros(2, 5)], 1), agg="seq-mean-token-sum-norm", norm_len=16)
+    assert a.item() == pytest.approx(b.item())
+    with pytest.raises(ValueError, match="norm_len"):
+        aggregate(vals, mask, "seq-mean-token-sum-norm", norm_len=0)
+
+
+def test_lr_follows_the_schedule_at_every_step_and_reaches_its_end(tmp_path):
+    steps, per = 4, 2 * 2
+    t = _trainer(tmp_path, f"steps={steps}", "schedule=cosine", "warmup_ratio=0.25", "ppo_epochs=2", "num_mini_batches=2",
+                 "filter_uniform=true", "reward=tagrpo.rewards.toy:parity_on_even_answers", "lr=0.001")
+    f = lr_lambda("cosine", round(0.25 * steps * per), steps * per)
+    seen = []
+    for s in range(steps):
+        m = t.train_step(s)
+        seen.append(m["train/rows"])
+        assert m["actor/lr"] == pytest.approx(0.001 * f(s * per), rel=1e-9), s
+    assert t.scheduler.last_epoch == steps * per  # stepped a fixed number of times, whatever was trained
+    assert t.scheduler.get_last_lr()[0] == pytest.approx(0.0, abs=1e-12)  # cosine reached its end
+
+
+def test_a_step_with_every_row_skipped_still_steps_adamw_like_a_zero_gradient(tmp_path):
+    from tagrpo.train.rewards import RewardRunner
+
+    a = _trainer(tmp_path / "a", "skip_zero_adv=true", "steps=2")
+    b = _trainer(tmp_path / "b", "skip_zero_adv=false", "steps=2")
+    a.train_step(0), b.train_step(0)  # parity reward: non-zero advantages, AdamW state builds up
+    after0 = {n: p.detach().clone() for n, p in a.model.named_parameters()}
+    for t in (a, b):
+        t.rewarder = RewardRunner("tagrpo.rewards:math_reward")  # a random model is never right: all advantages 0
+    ma, mb = a.train_step(1), b.train_step(1)
+    assert ma["train/rows_skipped_zero_adv"] == ma["train/rows"] > 0
+    assert any(not torch.equal(p, after0[n]) for n, p in a.model.named_parameters()), "AdamW momentum must still move weights"
+    for (_, pa), (_, pb) in zip(a.model.named_parameters(), b.model.named_parameters()):
+        torch.testing.assert_close(pa, pb, atol=1e-6, rtol=1e-6)
+
+
+def _direct_logp(model, prompt, response):
+    ids = torch.tensor([prompt + response])  # (1, L)
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()  # (T, V)
+    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(response).unsqueeze(-1)).squeeze(-1)  # (T,)
+
+
+@pytest.mark.parametrize("algorithm", ["ta-grpo", "ta-grpo-unanchored"])
+def test_old_and_reference_logprobs_are_anchored_with_several_epochs_and_mini_batches(tmp_path, algorithm):
+    t = _trainer(tmp_path, f"algorithm={algorithm}", "beta=0.1", "ppo_epochs=2", "num_mini_batches=2", "skip_zero_adv=false")
+    before = copy.deepcopy(t.acc.unwrap_model(t.model)).eval()
+    t.train_step(0)
+    up = t.last_update
+    assert up["old"] is not None and up["ref"] is not None
+    assert t.scheduler.last_epoch == 4  # 2 epochs x 2 mini-batches optimizer steps
+    state = next(iter(t.optimizer.state.values()))
+    assert int(state["step"]) == 4
+    nb = [i for i, s in enumerate(up["samples"]) if s.variant > 0]
+    assert nb
+    for i in nb:
+        s = up["samples"][i]
+        on_q0 = _direct_logp(before, s.anchor_prompt_ids, s.response_ids)
+        on_qn = _direct_logp(before, s.gen_prompt_ids, s.response_ids)
+        ref_q0 = _direct_logp(t.ref_model, s.anchor_prompt_ids, s.response_ids)
+        expect = on_q0 if algorithm == "ta-grpo" else on_qn
+        torch.testing.assert_close(up["old"][i], expect, atol=1e-4, rtol=1e-4)
+        ref_expect = ref_q0 if algorithm == "ta-grpo" else _direct_logp(t.ref_model, s.gen_prompt_ids, s.response_ids)
+        torch.testing.assert_close(up["ref"][i], ref_expect, atol=1e-4, rtol=1e-4)
+        assert not torch.allclose(up["old"][i], on_qn if algorithm == "ta-grpo" else on_q0, atol=1e-3)
+
+
+def test_group_ids_under_on_uniform_augmentation(tmp_path):
+    t = _trainer(tmp_path, "augment=on-uniform", "reward=tagrpo.rewards.toy:parity_on_even_answers", "questions_per_step=4")
+    samples, _, _ = t.rollout(0, t.families_for_step(0))
+    t.compute_advantages(samples)
+    kinds = set()
+    for f in {s.family for s in samples}:
+        fs = [s for s in samples if s.family == f]
+        q0 = [s.reward for s in fs if s.variant == 0]
+        augmented = len(set(q0)) == 1
+        kinds.add(augmented)
+        assert {s.variant for s in fs} == ({0, 1, 2} if augmented else {0})
+        assert {s.adv_group for s in fs} == {f}  # one group per family, augmented or not
+        assert all(s.extra["augmented"] == augmented for s in fs)
+        assert abs(sum(s.adv for s in fs)) < 1e-4
+    assert kinds == {True, False}, "the test needs augmented and plain families"
+
+
+def test_rollouts_do_not_depend_on_generate_batch_size(tmp_path):
+    a = _trainer(tmp_path / "a", "generate_batch_size=6", "questions_per_step=4")  # one family per call
+    b = _trainer(tmp_path / "b", "generate_batch_size=64", "questions_per_step=4")  # all families in one call
+    sa, _, _ = a.rollout(0, a.families_for_step(0))
+    sb, _, _ = b.rollout(0, b.families_for_step(0))
+    key = lambda s: (s.family, s.variant, s.gen_prompt_ids)  # noqa: E731
+    assert [key(s) for s in sa] == [key(s) for s in sb]
+    assert [s.response_ids for s in sa] == [s.response_ids for s in sb]
+    assert len({tuple(s.response_ids) for s in sa}) > 1
+
+
+def test_nonfinite_rewards_score_zero_and_are_counted(tmp_path):
+    t = _trainer(tmp_path, "reward=train_helpers:inf_on_even_hash")
+    m = t.train_step(0)
+    assert m["reward/nonfinite"] > 0
+    assert all(torch.isfinite(torch.tensor(s.reward)) for s in t.last_update["samples"])
+
+
+def test_config_refuses_batch_scaling_over_processes_and_warns_on_ta_grpo_without_neighbors(tmp_path):
+    with pytest.raises(TagrpoError, match="adv_scale"):
+        load_config(None, ["adv_scale=batch", "questions_per_step=4"], world_size=2)
+    assert load_config(None, ["adv_scale=batch"], world_size=1).adv_scale == "batch"
+    cfg = load_config(None, ["algorithm=ta-grpo", "num_neighbors=0"])
+    assert any("plain GRPO" in w for w in cfg.warnings())
+    assert not load_config(None, ["algorithm=ta-grpo"]).warnings()
+    with pytest.raises(TagrpoError, match="device"):
+        load_config(None, ["device=tpu"])
