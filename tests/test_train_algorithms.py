@@ -9,20 +9,13 @@ import torch
 
 from tagrpo.train import logprobs as L
 from tagrpo.train.trainer import Trainer
-from train_helpers import ROWS, tiny_cfg
+from train_helpers import ROWS, direct_logp, tiny_cfg
 
 
 def _trainer(tmp_path, *ov, rows=ROWS):
     t = Trainer(tiny_cfg(tmp_path, *ov), rows=copy.deepcopy(rows))
     t.setup()
     return t
-
-
-def _direct_logp(model, prompt, response):
-    ids = torch.tensor([prompt + response])  # (1, L)
-    with torch.no_grad():
-        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()  # (T, V)
-    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(response).unsqueeze(-1)).squeeze(-1)  # (T,)
 
 
 @pytest.mark.parametrize("shared", ["true", "false"])
@@ -38,8 +31,8 @@ def test_logprobs_are_anchored_on_q0(tmp_path, algorithm, shared):
     for i in neighbor_rows:
         s = samples[i]
         assert s.gen_prompt_ids != s.anchor_prompt_ids
-        on_q0 = _direct_logp(before, s.anchor_prompt_ids, s.response_ids)
-        on_qn = _direct_logp(before, s.gen_prompt_ids, s.response_ids)
+        on_q0 = direct_logp(before, s.anchor_prompt_ids, s.response_ids)
+        on_qn = direct_logp(before, s.gen_prompt_ids, s.response_ids)
         used = up["logp"][i]
         expected, other = (on_q0, on_qn) if algorithm == "ta-grpo" else (on_qn, on_q0)
         assert up["prompts"][i] == (s.anchor_prompt_ids if algorithm == "ta-grpo" else s.gen_prompt_ids)

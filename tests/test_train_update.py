@@ -14,7 +14,7 @@ from tagrpo.train import update as U
 from tagrpo.train.config import load_config
 from tagrpo.train.model import lr_lambda
 from tagrpo.train.trainer import Trainer
-from train_helpers import ROWS, tiny_cfg
+from train_helpers import ROWS, direct_logp, tiny_cfg
 
 AGGS = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 LOSS = ("loss/policy", "loss/kl", "loss/total")
@@ -122,13 +122,6 @@ def test_a_step_with_every_row_skipped_still_steps_adamw_like_a_zero_gradient(tm
         torch.testing.assert_close(pa, pb, atol=1e-6, rtol=1e-6)
 
 
-def _direct_logp(model, prompt, response):
-    ids = torch.tensor([prompt + response])  # (1, L)
-    with torch.no_grad():
-        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()  # (T, V)
-    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(response).unsqueeze(-1)).squeeze(-1)  # (T,)
-
-
 @pytest.mark.parametrize("algorithm", ["ta-grpo", "ta-grpo-unanchored"])
 def test_old_and_reference_logprobs_are_anchored_with_several_epochs_and_mini_batches(tmp_path, algorithm):
     t = _trainer(tmp_path, f"algorithm={algorithm}", "beta=0.1", "ppo_epochs=2", "num_mini_batches=2", "skip_zero_adv=false")
@@ -143,12 +136,12 @@ def test_old_and_reference_logprobs_are_anchored_with_several_epochs_and_mini_ba
     assert nb
     for i in nb:
         s = up["samples"][i]
-        on_q0 = _direct_logp(before, s.anchor_prompt_ids, s.response_ids)
-        on_qn = _direct_logp(before, s.gen_prompt_ids, s.response_ids)
-        ref_q0 = _direct_logp(t.ref_model, s.anchor_prompt_ids, s.response_ids)
+        on_q0 = direct_logp(before, s.anchor_prompt_ids, s.response_ids)
+        on_qn = direct_logp(before, s.gen_prompt_ids, s.response_ids)
+        ref_q0 = direct_logp(t.ref_model, s.anchor_prompt_ids, s.response_ids)
         expect = on_q0 if algorithm == "ta-grpo" else on_qn
         torch.testing.assert_close(up["old"][i], expect, atol=1e-4, rtol=1e-4)
-        ref_expect = ref_q0 if algorithm == "ta-grpo" else _direct_logp(t.ref_model, s.gen_prompt_ids, s.response_ids)
+        ref_expect = ref_q0 if algorithm == "ta-grpo" else direct_logp(t.ref_model, s.gen_prompt_ids, s.response_ids)
         torch.testing.assert_close(up["ref"][i], ref_expect, atol=1e-4, rtol=1e-4)
         assert not torch.allclose(up["old"][i], on_qn if algorithm == "ta-grpo" else on_q0, atol=1e-3)
 

@@ -36,3 +36,13 @@ def inf_on_even_hash(completion: str, answer: str) -> float:
 
     h = zlib.crc32(completion.encode("utf-8", "replace"))
     return float("inf") if h % 2 == 0 else (float("nan") if h % 7 == 0 else 1.0)
+
+
+def direct_logp(model, prompt: list[int], response: list[int]):
+    """log pi(response | prompt) per token from one unpadded (prompt + response) forward: (T,)."""
+    import torch
+
+    ids = torch.tensor([prompt + response])  # (1, L)
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()  # (T, V)
+    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(response).unsqueeze(-1)).squeeze(-1)  # (T,)

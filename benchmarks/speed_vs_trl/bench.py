@@ -25,6 +25,10 @@ only wraps it with a timer; train = step - that. A 2048x2048 bf16 matmul is time
 after the configurations in the parent process as the FLOP/s reference.
 
     .venv/bin/python benchmarks/speed_vs_trl/bench.py --steps 5 --warmup 1 --out benchmarks/speed_vs_trl
+
+`--baseline-src DIR` (a `src/` of another commit, e.g. from `git worktree add /tmp/base REV`)
+adds a `NAME@base` row before each tagrpo row, run from that tree in the same session, so a
+change's step time and peak memory are compared side by side with the same TRL reference.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ def child_tagrpo(name: str, steps: int, out: Path, workdir: Path) -> dict:
     from tagrpo.train.config import load_config
     from tagrpo.train.trainer import Trainer
 
+    name = name.split("@")[0]
     algo = "ta-grpo" if name == "tagrpo-ta-grpo" else "grpo"
     q = 1 if algo == "ta-grpo" else Q_PER_STEP
     sets = [f"algorithm={algo}", "model=smollm2-135m-instruct", "neighbors=rules", "num_neighbors=3",
@@ -189,6 +194,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--only", default="", help="comma-separated subset of: " + ", ".join(CONFIGS))
     ap.add_argument("--out", type=Path, default=Path("benchmarks/speed_vs_trl"))
+    ap.add_argument("--baseline-src", default="", help="a tagrpo src/ directory to run each tagrpo config from as well (NAME@base)")
     ap.add_argument("--child", nargs=3, metavar=("NAME", "STEPS", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -199,6 +205,8 @@ def main() -> None:
     import trl
 
     names = [n for n in CONFIGS if not args.only or n in args.only.split(",")]
+    if args.baseline_src:
+        names = [x for n in names for x in ([f"{n}@base", n] if n.startswith("tagrpo") else [n])]
     args.out.mkdir(parents=True, exist_ok=True)
     peak_before = matmul_flops()
     raw, rows_out = {}, []
@@ -206,6 +214,8 @@ def main() -> None:
         f = args.out / f"raw-{name}.json"
         t0 = time.perf_counter()
         env = {**os.environ, **(TUNED_ENV if name == "trl-grpo-tuned" else {})}
+        if name.endswith("@base"):
+            env["PYTHONPATH"] = str(Path(args.baseline_src).resolve())
         subprocess.run([sys.executable, __file__, "--child", name, str(args.steps + args.warmup), str(f)], check=True, env=env)
         print(f"{name}: {time.perf_counter() - t0:.0f} s", flush=True)
         raw[name] = json.loads(f.read_text())

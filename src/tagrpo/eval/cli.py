@@ -48,19 +48,28 @@ def eval_command(
     system: str | None = typer.Option(None, "--system", help="System message (default: none)."),
     question_field: str | None = typer.Option(None, "--question-field", help="Question field of a data file (default: question/problem)."),
     answer_field: str | None = typer.Option(None, "--answer-field", help="Answer field of a data file (default: answer/solution)."),
-    dtype: str = typer.Option("fp32", "--dtype", help="Sampling weights: fp32, or bf16 (a bfloat16 copy; about 2x faster on CPUs with bf16 matmul units)."),
+    dtype: str = typer.Option("fp32", "--dtype", help="Sampling weights: fp32, or bf16 (a bfloat16 copy on a CPU, about 2x faster with bf16 matmul units; bf16 autocast on a GPU)."),
+    device: str = typer.Option("auto", "--device", help="Where each model samples: auto (CUDA when torch sees a GPU, else CPU), cpu or cuda."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     from rich.console import Console
 
     from tagrpo.errors import TagrpoError
     from tagrpo.eval.benchmarks import load_eval_data
-    from tagrpo.eval.runner import check_ks, make_document, parse_ks, results_table, write_document
+    from tagrpo.eval.runner import (
+        check_ks,
+        make_document,
+        parse_ks,
+        resolve_device,
+        results_table,
+        write_document,
+    )
 
     ks = parse_ks(k)
     check_ks(ks, n)  # before loading anything
     if dtype not in ("fp32", "bf16"):
         raise TagrpoError(f"--dtype {dtype!r} is not valid; choose one of fp32, bf16")
+    device = resolve_device(device, option="--device")
     if limit is not None and limit < 1:
         raise TagrpoError(f"--limit must be >= 1, got {limit}")
     if template is not None and "{question}" not in template:
@@ -90,21 +99,21 @@ def eval_command(
 
     settings = {
         "n": n, "k": ks, "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens, "seed": seed,
-        "greedy": greedy, "limit": limit, "batch_size": batch_size, "dtype": dtype, "data": list(data),
+        "greedy": greedy, "limit": limit, "batch_size": batch_size, "dtype": dtype, "device": device, "data": list(data),
         "data_dir": str(data_dir) if data_dir else None, "template": template, "system": system,
         "diversity_model": None if no_diversity else (diversity_model or "all-MiniLM-L6-v2"),
     }
     results = []
     for name, spec in zip(_display_names(model), model):
         path = resolve_model_path(spec)
-        err.print(f"[bold]model[/bold] {name}  ({path})")
-        policy, tok = load_policy(spec)
+        err.print(f"[bold]model[/bold] {name}  ({path}, on {device})")
+        policy, tok = load_policy(spec)  # on the CPU; evaluate moves it to `device`
         entry = {"name": name, "model": spec, "path": str(path), "benchmarks": {}}
         for label, rows in datasets:
             entry["benchmarks"][label] = evaluate(
                 policy, tok, rows, n, ks, sampling, greedy=greedy, batch_size=batch_size, template=template,
                 system=system, diversity=not no_diversity, diversity_model=diversity_model, dtype=dtype,
-                progress=not quiet, label=f"{name} · {label}",
+                progress=not quiet, label=f"{name} · {label}", device=device,
             )
             r = entry["benchmarks"][label]
             err.print(f"  {label}: " + "  ".join(f"pass@{kk}={100 * v:.1f}%" for kk, v in r["pass@k"].items())

@@ -70,7 +70,7 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 def load_training_state(ckpt: Path, optimizer, scheduler) -> dict:
     import torch
 
-    state = torch.load(ckpt / "state.pt", weights_only=False)
+    state = torch.load(ckpt / "state.pt", weights_only=False, map_location="cpu")  # resumable on another device
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     _set_rng_state(state["rng"])
