@@ -9,6 +9,7 @@ from __future__ import annotations
 import typer
 
 from tagrpo.eval.cli import eval_command
+from tagrpo.integrations.verl.cli import export_app
 from tagrpo.neighbors.cli import neighbors_command
 from tagrpo.report.cli import report_command
 from tagrpo.train.cli import demo_command, train_command
@@ -25,6 +26,7 @@ app.command("train", help="Train with GRPO, matched GRPO, TA-GRPO or an ablation
 app.command("eval", help="Evaluate pass@k of one or more models on a file or a benchmark.")(eval_command)
 app.command("report", help="Write PNG plots and an HTML page for one or more run directories.")(report_command)
 app.command("demo", help="The main job on the embedded default model (CPU, offline).")(demo_command)
+app.add_typer(export_app, name="export", help="Write a dataset in another framework's layout (verl).")
 
 
 def main() -> None:

@@ -94,11 +94,16 @@ class Trainer:
             self._say("[yellow]this model post-processes its logits (soft-capping or scaling): log-probs use full "
                       "(rows, T, vocab) logits, which needs more memory[/yellow]")
         autocast = cfg.autocast == "bf16" and next(policy.parameters()).dtype == torch.float32
+        if cfg.gradient_checkpointing:
+            policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            if cfg.shared_prefix:
+                self._say("gradient_checkpointing: on, so shared_prefix is off (the prompt's KV cache cannot be checkpointed)")
         # one prompt forward per family, reused through the KV cache (DDP runs full sequences:
         # two forwards before one backward would mark parameters ready twice)
         self.learner = Learner(model=self.model, optimizer=self.optimizer, scheduler=self.scheduler, device=self.device,
                                pad_id=self.tokenizer.pad_token_id, ref_model=self.ref_model, accelerator=self.acc,
-                               autocast=autocast, shared_prefix=cfg.shared_prefix and self.world == 1, chunked=chunked)
+                               autocast=autocast, chunked=chunked,
+                               shared_prefix=cfg.shared_prefix and self.world == 1 and not cfg.gradient_checkpointing)
         self.engine = HFGenerateEngine(policy, self.tokenizer, max_batch_size=cfg.generate_batch_size,
                                        dtype="bf16" if cfg.autocast == "bf16" else "fp32")
         self.data, self.skipped_rows = load_families(cfg, self.tokenizer, self._rows_override)
