@@ -201,3 +201,18 @@ def test_gradient_checkpointing_gives_the_same_gradient(tmp_path):
     ma, mb = a.train_step(0), b.train_step(0)
     _assert_same_grads(a, b)
     assert ma["loss/policy"] == pytest.approx(mb["loss/policy"], abs=1e-6)
+
+
+def test_autocast_auto_is_bf16_only_where_bf16_is_fast(monkeypatch):
+    from tagrpo.train import model as M
+
+    cpu = torch.device("cpu")
+    assert M.bf16_is_fast(torch.device("meta")) is False
+    cfg = load_config(None, [])
+    assert cfg.autocast == "auto"
+    monkeypatch.setattr(M, "bf16_is_fast", lambda d: False)
+    assert not M.use_bf16(cfg, cpu)
+    assert M.use_bf16(load_config(None, ["autocast=bf16"]), cpu)  # asked for explicitly
+    monkeypatch.setattr(M, "bf16_is_fast", lambda d: True)
+    assert M.use_bf16(cfg, cpu)
+    assert not M.use_bf16(load_config(None, ["autocast=none"]), cpu)

@@ -21,7 +21,7 @@ from tagrpo.errors import TagrpoError
 ALGORITHMS = ("grpo", "grpo-matched", "ta-grpo", "ta-grpo-unanchored", "ta-grpo-separate")
 AUGMENT = ("always", "on-uniform")
 SCHEDULES = ("cosine", "constant", "linear")
-AUTOCAST = ("bf16", "none")
+AUTOCAST = ("auto", "bf16", "none")
 NEIGHBOR_SOURCES = ("auto", "column", "rules")
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -43,8 +43,10 @@ class TrainConfig:
     lora_alpha: int = doc("LoRA alpha.", 32)
     lora_dropout: float = doc("LoRA dropout.", 0.0)
     lora_target_modules: str = doc("Comma-separated module names, or 'all-linear'.", "all-linear")
-    autocast: str = doc("bf16 autocast for the training forward/backward on CPU ('bf16') or fp32 ('none'); "
-                        "with 'bf16' rollouts sample from a bf16 copy of the weights too.", "bf16")
+    autocast: str = doc("bf16 autocast for the training forward/backward, and bf16 rollouts ('bf16'), fp32 ('none'), or "
+                        "'auto': bf16 where the device has fast bf16 matmuls (CUDA with bf16 support; a CPU with "
+                        "AVX-512/AMX bf16, where oneDNN runs it), fp32 elsewhere (an AVX2-only CPU runs bf16 matmuls "
+                        "~200x slower than fp32).", "auto")
     device: str = doc("Device of the policy, the reference, rollouts and every tensor of the step: 'auto' (CUDA when "
                       "present, else CPU), 'cpu' or 'cuda' (under `accelerate launch`, each process's own GPU).", "auto")
     threads: int = doc("torch.set_num_threads (0 = leave torch's default).", 0)

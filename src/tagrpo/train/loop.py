@@ -72,7 +72,7 @@ class Trainer:
         from tagrpo.rollout import HFGenerateEngine
         from tagrpo.train.checkpoint import latest_checkpoint, load_training_state
         from tagrpo.train.logprobs import head_is_plain
-        from tagrpo.train.model import load_models, make_optimizer
+        from tagrpo.train.model import load_models, make_optimizer, use_bf16
         from tagrpo.train.rewards import RewardRunner
 
         cfg = self.cfg
@@ -93,7 +93,8 @@ class Trainer:
         if not chunked:
             self._say("[yellow]this model post-processes its logits (soft-capping or scaling): log-probs use full "
                       "(rows, T, vocab) logits, which needs more memory[/yellow]")
-        autocast = cfg.autocast == "bf16" and next(policy.parameters()).dtype == torch.float32
+        bf16 = use_bf16(cfg, self.device)
+        autocast = bf16 and next(policy.parameters()).dtype == torch.float32  # no casts when the weights are bf16 already
         if cfg.gradient_checkpointing:
             policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             if cfg.shared_prefix:
@@ -105,7 +106,7 @@ class Trainer:
                                autocast=autocast, chunked=chunked,
                                shared_prefix=cfg.shared_prefix and self.world == 1 and not cfg.gradient_checkpointing)
         self.engine = HFGenerateEngine(policy, self.tokenizer, max_batch_size=cfg.generate_batch_size,
-                                       dtype="bf16" if cfg.autocast == "bf16" else "fp32")
+                                       dtype="bf16" if bf16 else "fp32")
         self.data, self.skipped_rows = load_families(cfg, self.tokenizer, self._rows_override)
         if self.skipped_rows:
             self._say(f"[yellow]skipped {len(self.skipped_rows)} rows[/yellow] (first: {self.skipped_rows[0]})")

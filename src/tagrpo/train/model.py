@@ -34,6 +34,25 @@ def lr_lambda(schedule: str, warmup: int, total: int):
     return f
 
 
+def bf16_is_fast(device: torch.device) -> bool:
+    """True when bf16 matmuls are fast on `device`: CUDA with bf16 support, or a CPU where oneDNN
+    has bf16 kernels (AVX-512 / AMX). On an AVX2-only CPU torch falls back to a reference kernel
+    (measured here: 0.3 GFLOP/s bf16 vs 67 fp32 for a 2048^2 matmul)."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type == "cpu":
+        try:
+            return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+        except (AttributeError, RuntimeError):
+            return False
+    return False
+
+
+def use_bf16(cfg: TrainConfig, device: torch.device) -> bool:
+    """Whether `autocast` means bf16 on this device."""
+    return cfg.autocast == "bf16" or (cfg.autocast == "auto" and bf16_is_fast(device))
+
+
 def training_attention(cfg: TrainConfig, device: torch.device) -> str | None:
     """The attention kernel of the training forward (None: the model's own)."""
     if cfg.attn_implementation == "auto":

@@ -33,11 +33,11 @@ from tagrpo.integrations.verl._deps import TAGRPOVerlError, require_verl
 
 require_verl("tagrpo.integrations.verl.agent_loop")
 
-import numpy as np  # noqa: E402
-from verl.experimental.agent_loop.agent_loop import AgentLoopManager, AgentLoopOutput, register  # noqa: E402
-from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop  # noqa: E402
+import numpy as np
+from verl.experimental.agent_loop.agent_loop import AgentLoopManager, AgentLoopOutput, register
+from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
-from tagrpo.integrations.verl.settings import AGENT_NAME, SESSION_KEY, TASettings  # noqa: E402
+from tagrpo.integrations.verl.settings import AGENT_NAME, SESSION_KEY, TASettings
 
 __all__ = ["TAGRPOAgentLoop", "TAGRPOAgentLoopManager", "session_numbers", "variant_messages"]
 

@@ -29,8 +29,8 @@ def _get(config: Any, dotted: str, default: Any = None) -> Any:
         if node is None:
             return default
         try:
-            node = node[part] if part in node else None
-        except TypeError:
+            node = node.get(part)
+        except AttributeError:
             return default
         if node is None:
             return default
@@ -101,8 +101,11 @@ class TASettings:
 
 
 def family_size(num_neighbors: Any, samples_per_variant: Any, algorithm: Any = "ta-grpo") -> int:
-    """The OmegaConf resolver behind `rollout.n: ${tagrpo_family_size:...}`."""
-    return TASettings(str(algorithm), int(num_neighbors), int(samples_per_variant)).family_size
+    """The OmegaConf resolver behind `rollout.n: ${tagrpo_family_size:...}`: G for grpo, else
+    (N+1)*G. It does not validate (`check_config` does, with messages that say what to set)."""
+    if str(algorithm) == "grpo":
+        return int(samples_per_variant)
+    return (int(num_neighbors) + 1) * int(samples_per_variant)
 
 
 def config_file(name: str) -> str:
