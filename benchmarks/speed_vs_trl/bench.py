@@ -3,7 +3,7 @@
 Same model (the embedded SmolLM2-135M-Instruct, HF format from the tagrpo model cache), same
 prompts (built-in arithmetic problems, difficulty 1, in the chat template with the same user
 template), the same 16 completions per step, max 64 new tokens, T=0.6, top-p 1, top-k 0,
-bf16 autocast, beta 0 (no reference model), one PPO epoch, token-mean loss (TRL "dapo"), and
+bf16 autocast where the CPU has fast bf16 matmuls (else fp32 for both: `--dtype`), beta 0 (no reference model), one PPO epoch, token-mean loss (TRL "dapo"), and
 one micro-batch per step (TRL: per_device_train_batch_size 16, no gradient accumulation;
 tagrpo: micro_batch_tokens large enough for all rows):
 
@@ -21,7 +21,7 @@ keep_freed_memory true, shared_prefix true).
 Each configuration runs in its own subprocess (clean peak RSS) for WARMUP + STEPS optimizer
 steps; the table holds medians over the timed steps. Generation time for TRL is the time in
 `_generate_and_score_completions` (generation, reward, advantages), measured by a subclass that
-only wraps it with a timer; train = step - that. A 2048x2048 bf16 matmul is timed before and
+only wraps it with a timer; train = step - that. A 2048x2048 matmul (in the run's dtype) is timed before and
 after the configurations in the parent process as the FLOP/s reference.
 
     .venv/bin/python benchmarks/speed_vs_trl/bench.py --steps 5 --warmup 1 --out benchmarks/speed_vs_trl
@@ -45,6 +45,22 @@ from pathlib import Path
 
 TEMPLATE = "{question}\nPut your final answer within \\boxed{{}}."
 Q_PER_STEP, G, MAX_NEW, TEMP, LR = 4, 4, 64, 0.6, 1e-5
+
+
+def _dtype() -> str:
+    """The run's compute dtype, chosen by the parent (`--dtype`) and passed to the children."""
+    return os.environ.get("TAGRPO_BENCH_DTYPE", "bf16")
+
+
+def resolve_dtype(choice: str) -> str:
+    if choice != "auto":
+        return choice
+    import torch
+
+    try:
+        return "bf16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "fp32"
+    except (AttributeError, RuntimeError):
+        return "fp32"
 CONFIGS = ["trl-grpo", "tagrpo-grpo", "tagrpo-grpo-noskip", "tagrpo-ta-grpo", "trl-grpo-tuned"]
 TUNED_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**31 - 1)}
 
@@ -65,10 +81,11 @@ def child_tagrpo(name: str, steps: int, out: Path, workdir: Path) -> dict:
     q = 1 if algo == "ta-grpo" else Q_PER_STEP
     sets = [f"algorithm={algo}", "model=smollm2-135m-instruct", "neighbors=rules", "num_neighbors=3",
             f"samples_per_variant={G}", f"questions_per_step={q}", f"max_new_tokens={MAX_NEW}", f"temperature={TEMP}",
-            "top_p=1.0", "beta=0.0", f"lr={LR}", "schedule=constant", "warmup_ratio=0.0", "autocast=bf16",
+            "top_p=1.0", "beta=0.0", f"lr={LR}", "schedule=constant", "warmup_ratio=0.0", f"autocast={'bf16' if _dtype() == 'bf16' else 'none'}",
             "micro_batch_tokens=16384", "generate_batch_size=64", "tensorboard=false", "save_final=false",
             f"steps={steps}", f"output_dir={workdir / 'run'}", "agg=token-mean",
             f"skip_zero_adv={'false' if name.endswith('noskip') else 'true'}"]
+    sets += [x for x in os.environ.get("TAGRPO_BENCH_SETS", "").split(",") if x]
     t = Trainer(load_config(None, sets), rows=rows())
     t.setup()
     recs = []
@@ -137,7 +154,7 @@ def child_trl(name: str, steps: int, out: Path, workdir: Path) -> dict:
         output_dir=str(workdir / "trl"), max_steps=steps, per_device_train_batch_size=Q_PER_STEP * G,
         gradient_accumulation_steps=1, num_generations=G, max_completion_length=MAX_NEW, temperature=TEMP,
         top_p=1.0, top_k=0, beta=0.0, loss_type="dapo", learning_rate=LR, lr_scheduler_type="constant",
-        warmup_steps=0, bf16=True, use_cpu=True, logging_steps=1, report_to="none", save_strategy="no",
+        warmup_steps=0, bf16=_dtype() == "bf16", use_cpu=True, logging_steps=1, report_to="none", save_strategy="no",
         shuffle_dataset=False, dataloader_num_workers=0, num_iterations=1, seed=0, disable_tqdm=True,
     )
     tr = Timed(model=model, reward_funcs=reward, args=args, train_dataset=ds, processing_class=tok, callbacks=[Clock()])
@@ -160,7 +177,8 @@ def child(name: str, steps: int, out: Path) -> None:
 def matmul_flops(n: int = 2048, reps: int = 20) -> float:
     import torch
 
-    a, b = torch.randn(n, n, dtype=torch.bfloat16), torch.randn(n, n, dtype=torch.bfloat16)
+    dt = torch.bfloat16 if _dtype() == "bf16" else torch.float32
+    a, b = torch.randn(n, n, dtype=dt), torch.randn(n, n, dtype=dt)
     for _ in range(3):
         a @ b
     t0 = time.perf_counter()
@@ -183,7 +201,7 @@ def summarize(name: str, res: dict, warmup: int, peak: float) -> dict:
         "train tok/s": statistics.median(r["train_tokens"] / r["train"] for r in timed),
         "rows trained/step": statistics.median(r.get("rows_trained", r["completions"]) for r in timed),
         "train GFLOP/s": statistics.median(flops) / 1e9 if flops else float("nan"),
-        "vs bf16 matmul": statistics.median(flops) / peak if flops else float("nan"),
+        "vs matmul": statistics.median(flops) / peak if flops else float("nan"),
         "peak RSS MB": res["peak_rss_mb"], "step s (all)": [round(r["step"], 2) for r in res["steps"]],
     }
 
@@ -195,6 +213,10 @@ def main() -> None:
     ap.add_argument("--only", default="", help="comma-separated subset of: " + ", ".join(CONFIGS))
     ap.add_argument("--out", type=Path, default=Path("benchmarks/speed_vs_trl"))
     ap.add_argument("--baseline-src", default="", help="a tagrpo src/ directory to run each tagrpo config from as well (NAME@base)")
+    ap.add_argument("--tagrpo-set", action="append", default=[],
+                    help="extra key=value for the tagrpo configs of this run (e.g. micro_batch_tokens=1024), repeatable")
+    ap.add_argument("--dtype", choices=("auto", "bf16", "fp32"), default="auto",
+                    help="compute dtype of every config (auto: bf16 where oneDNN has bf16 kernels, else fp32)")
     ap.add_argument("--child", nargs=3, metavar=("NAME", "STEPS", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -204,6 +226,8 @@ def main() -> None:
     import transformers
     import trl
 
+    os.environ["TAGRPO_BENCH_DTYPE"] = resolve_dtype(args.dtype)
+    os.environ["TAGRPO_BENCH_SETS"] = ",".join(args.tagrpo_set)
     names = [n for n in CONFIGS if not args.only or n in args.only.split(",")]
     if args.baseline_src:
         names = [x for n in names for x in ([f"{n}@base", n] if n.startswith("tagrpo") else [n])]
@@ -226,7 +250,7 @@ def main() -> None:
     doc = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "date": time.strftime("%Y-%m-%d %H:%M"),
            "machine": f"{platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}, "
                       f"transformers {transformers.__version__}, trl {trl.__version__}",
-           "bf16_matmul_gflops": {"before": peak_before / 1e9, "after": peak_after / 1e9}, "rows": rows_out}
+           "dtype": _dtype(), "matmul_gflops": {"before": peak_before / 1e9, "after": peak_after / 1e9}, "rows": rows_out}
     (args.out / "results.json").write_text(json.dumps(doc, indent=1))
     print(markdown(doc))
     (args.out / "results.md").write_text(markdown(doc))
@@ -234,7 +258,7 @@ def main() -> None:
 
 def markdown(doc: dict) -> str:
     cols = ["config", "completions/step", "rows trained/step", "step s", "generate s", "train s", "sampled tok/s", "generate tok/s", "train tok/s", "train GFLOP/s",
-            "vs bf16 matmul", "peak RSS MB"]
+            "vs matmul", "peak RSS MB"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in doc["rows"]:
         lines.append("| " + " | ".join(("–" if r[c] != r[c] else f"{r[c]:.3g}") if isinstance(r[c], float) else str(r[c])
@@ -250,8 +274,8 @@ def markdown(doc: dict) -> str:
         lines += ["", "Each row's train FLOP/s counts 6 x parameters x tokens run forward and backward (padding included) "
                   "over the train time; `rows trained/step` is below `completions/step` where tagrpo skipped "
                   "zero-advantage rows (same update, no forward/backward)."]
-    m = doc["bf16_matmul_gflops"]
-    lines += ["", f"bf16 2048x2048 matmul: {m['before']:.0f} GFLOP/s before, {m['after']:.0f} after (the larger is the reference).",
+    m = doc["matmul_gflops"]
+    lines += ["", f"{doc['dtype']} 2048x2048 matmul: {m['before']:.0f} GFLOP/s before, {m['after']:.0f} after (the larger is the reference).",
               f"Command: `{doc['command']}` ({doc['date']}); {doc['machine']}."]
     return "\n".join(lines) + "\n"
 
