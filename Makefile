@@ -6,7 +6,7 @@ PY      := $(VENV)/bin/python
 PIP     := $(PY) -m pip --disable-pip-version-check
 STAMP   := $(VENV)/.tagrpo-setup
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test bench clean setup-verl test-verl
 
 setup: $(STAMP)
 
@@ -22,8 +22,30 @@ $(STAMP): pyproject.toml Makefile
 demo: setup
 	$(VENV)/bin/tagrpo demo
 
-test: setup
+test: setup setup-verl
 	$(PY) -m pytest -q
+	$(MAKE) --no-print-directory test-verl
+
+# verl (tagrpo.integrations.verl) pins transformers<5.11, older than the main environment's, so
+# its tests run in a second environment, built once like `setup` (a stamp file).
+VERL_VENV  ?= .venv-verl
+VERL_PY    := $(VERL_VENV)/bin/python
+VERL_PIP   := $(VERL_PY) -m pip --disable-pip-version-check
+VERL_STAMP := $(VERL_VENV)/.tagrpo-setup-verl
+
+setup-verl: $(VERL_STAMP)
+
+$(VERL_STAMP): pyproject.toml Makefile
+	@test -x $(VERL_PY) || $(PYTHON) -m venv $(VERL_VENV)
+	@echo '*' > $(VERL_VENV)/.gitignore
+	# torch first, pinned (the CPU build on disk), as in `setup`
+	$(VERL_PIP) install -q torch==2.13.0
+	$(VERL_PIP) install -q -e '.[dev,verl]'
+	@touch $(VERL_STAMP)
+
+# TAGRPO_REQUIRE_VERL=1: a missing verl fails these tests instead of skipping them.
+test-verl: setup-verl
+	TAGRPO_REQUIRE_VERL=1 $(VERL_PY) -m pytest -q tests/test_verl_integration.py tests/test_verl_data.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info
+	rm -rf $(VENV) $(VERL_VENV) build *.egg-info src/*.egg-info

@@ -182,6 +182,7 @@ REFUSALS = [
     (["algorithm.rollout_correction.rollout_is=token"], "rollout_is=null"),
     (["algorithm.rollout_correction.rollout_rs=token"], "rollout_rs=null"),
     (["actor_rollout_ref.rollout.multi_turn.enable=true"], "multi_turn.enable=false"),
+    (["actor_rollout_ref.rollout.enable_rollout_routing_replay=true"], "routing_replay=false"),
     (["algorithm.adv_estimator=rloo"], "adv_estimator=grpo"),
     (["actor_rollout_ref.rollout.agent.default_agent_loop=single_turn_agent"], "default_agent_loop=tagrpo_agent"),
     (["actor_rollout_ref.rollout.agent.agent_loop_config_path=null"], "agent_loop_config_path"),

@@ -133,10 +133,10 @@ def check_config(config: Any, *, check_data: bool = True) -> TASettings:
     block) runs the chosen algorithm correctly; return the settings.
 
     Refused: rollout.n != (N+1)*G; an estimator other than `grpo`; another agent loop; multi-turn
-    tool loops; ta-grpo-separate; and, for the anchored method, rollout log-probs and every
-    rollout correction (bypass mode, importance sampling, rejection sampling), which would weight
-    neighbor rows by pi(o|q0)/pi(o|q_n). With `check_data`, the first rows of each local training
-    parquet must carry N neighbors.
+    tool loops; ta-grpo-separate; val_kwargs.n > G; and, for the anchored method, rollout
+    log-probs, MoE routing replay and every rollout correction (bypass mode, importance sampling,
+    rejection sampling), which would weight neighbor rows by pi(o|q0)/pi(o|q_n). With
+    `check_data`, the first rows of each local training parquet must carry N neighbors.
     """
     ta = TASettings.from_config(config)
     if ta.algorithm == "ta-grpo-separate":
@@ -195,6 +195,11 @@ def check_config(config: Any, *, check_data: bool = True) -> TASettings:
                     "actor_rollout_ref.rollout.calculate_log_probs=false",
                     "the sampler's log-probs of a neighbor response are conditioned on the neighbor "
                     "q_n, while every log-prob of the update is taken on q0 (anchoring)")
+        if _get(config, "actor_rollout_ref.rollout.enable_rollout_routing_replay", False):
+            _refuse("actor_rollout_ref.rollout.enable_rollout_routing_replay", True,
+                    "actor_rollout_ref.rollout.enable_rollout_routing_replay=false",
+                    "the MoE experts a neighbor response was routed through were chosen on q_n, "
+                    "and replaying them on q0 + response mixes the two prompts")
         rc = "algorithm.rollout_correction"
         if _get(config, f"{rc}.bypass_mode", False):
             _refuse(f"{rc}.bypass_mode", True, f"{rc}.bypass_mode=false",
