@@ -187,3 +187,13 @@ def test_read_document_accepts_bare_results(tmp_path):
     # NaN diversity is written as null (valid JSON for browsers and jq)
     write_document(p, make_document([{"name": "m", "benchmarks": {"b": {"pass@k": {"1": 0.0}, "diversity": math.nan}}}], {}))
     assert "NaN" not in Path(p).read_text()
+
+
+def test_model_defaults_to_the_embedded_model():
+    from typer.testing import CliRunner
+
+    from tagrpo.cli import app
+
+    res = CliRunner().invoke(app, ["eval", "--data", "no-such-file.jsonl", "--n", "2", "--k", "1"])
+    assert "Missing option" not in res.output
+    assert res.exit_code == 2 and "no-such-file.jsonl" in res.output  # it got past the options to the data

@@ -29,7 +29,7 @@ def _display_names(models: list[str]) -> list[str]:
 
 @user_errors
 def eval_command(
-    model: list[str] = typer.Option(..., "--model", help="HF id, local path, run dir, or 'smollm2-135m-instruct'. Repeat to compare models (differences are vs the first)."),
+    model: list[str] = typer.Option(["smollm2-135m-instruct"], "--model", help="HF id, local path, run dir, or 'smollm2-135m-instruct' (the embedded model, the default). Repeat to compare models (differences are vs the first)."),
     data: list[str] = typer.Option(..., "--data", help="A .jsonl/.json/.parquet file, or a benchmark: gsm8k, math500, aime24, aime25, amc23, olympiadbench, minerva, gpqa-diamond. Repeatable."),
     data_dir: Path | None = typer.Option(None, "--data-dir", help="Directory with local benchmark files (<name>.jsonl/.parquet/.csv in the benchmark's own layout)."),
     n: int = typer.Option(4, "--n", help="Samples per question."),
