@@ -40,12 +40,16 @@ def right_pad(seqs: list[list[int]], pad_id: int, device=None, width: int | None
     return ids.to(device), mask.to(device)
 
 
+def unwrap_model(model):
+    """The transformers model inside DDP / PEFT wrappers (modules are shared, not copied)."""
+    while hasattr(model, "module") and not hasattr(model, "config"):  # DDP and similar wrappers
+        model = model.module
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
 def cache_kwarg(model) -> str:
     """Name of a model's KV-cache argument: 'cache' in recent transformers, 'past_key_values' before."""
-    base = model
-    while hasattr(base, "module") and not hasattr(base, "config"):  # DDP and similar wrappers
-        base = base.module
-    base = base.get_base_model() if hasattr(base, "get_base_model") else base
+    base = unwrap_model(model)
     return "cache" if "cache" in inspect.signature(type(base).forward).parameters else "past_key_values"
 
 

@@ -23,7 +23,14 @@ import contextlib
 import torch
 from torch import nn
 
-from tagrpo.rollout.batching import cache_kwarg, left_pad, output_cache, right_pad, select_rows
+from tagrpo.rollout.batching import (
+    cache_kwarg,
+    left_pad,
+    output_cache,
+    right_pad,
+    select_rows,
+    unwrap_model,
+)
 
 #: float32 elements of one chunk of logits: 4M (16 MB) -> 85 tokens at a 49k vocabulary
 CHUNK_ELEMENTS = 1 << 22
@@ -34,19 +41,12 @@ def autocast_ctx(device: torch.device, enabled: bool):
     return torch.autocast(device.type, dtype=torch.bfloat16) if enabled else contextlib.nullcontext()
 
 
-def _unwrap(model):
-    """The transformers model inside DDP / PEFT wrappers (modules are shared, not copied)."""
-    while hasattr(model, "module") and not hasattr(model, "get_output_embeddings"):
-        model = model.module
-    return model.get_base_model() if hasattr(model, "get_base_model") else model
-
-
 @contextlib.contextmanager
 def hidden_states_out(model):
     """Within this block `model(...)` returns final hidden states in `.logits` (its output
     layer is the identity), and yields the real output layer. The forward still goes through
     every wrapper (DDP hooks, PEFT adapters)."""
-    base = _unwrap(model)
+    base = unwrap_model(model)
     head = base.get_output_embeddings()
     name = next(n for n, m in base.named_children() if m is head)
     setattr(base, name, nn.Identity())
@@ -226,7 +226,7 @@ def head_is_plain(model) -> bool:
     """True when the model's logits are exactly its output layer applied to the hidden states
     that `hidden_states_out` returns (no soft-capping or scaling), checked on a short input."""
     dev = next(model.parameters()).device
-    ids = torch.arange(1, 5, device=dev).unsqueeze(0) % _unwrap(model).config.vocab_size  # (1, 4)
+    ids = torch.arange(1, 5, device=dev).unsqueeze(0) % unwrap_model(model).config.vocab_size  # (1, 4)
     with torch.no_grad():
         full = model(input_ids=ids, use_cache=False).logits.float()  # (1, 4, V)
         with hidden_states_out(model) as head:

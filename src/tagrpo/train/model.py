@@ -109,5 +109,5 @@ def make_optimizer(model, cfg: TrainConfig):
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2), weight_decay=cfg.weight_decay, fused=True)
     updates = cfg.steps * cfg.ppo_epochs * cfg.num_mini_batches
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg.schedule, int(round(cfg.warmup_ratio * updates)), updates))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg.schedule, round(cfg.warmup_ratio * updates), updates))
     return opt, sched

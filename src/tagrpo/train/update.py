@@ -63,6 +63,13 @@ class Learner:
     def base(self):
         return self.accelerator.unwrap_model(self.model) if self.accelerator is not None else self.model
 
+    def backward(self, loss: torch.Tensor) -> None:
+        """Backward through the accelerator (DDP averages gradients over ranks, hence x world)."""
+        if self.accelerator is None:
+            loss.backward()
+        else:
+            self.accelerator.backward(loss * self.world)
+
 
 @dataclass
 class UpdateResult:
@@ -183,10 +190,10 @@ def ppo_update(learner: Learner, samples: list[Sample], cfg: TrainConfig) -> Upd
                                                ref_logp=ref, beta=cfg.beta, norm_len=cfg.max_new_tokens)
                     n_tok = float(mask.sum())
                     w = micro_weight(cfg.agg, n_tok, len(mb), tok_total, seq_total)
-                    if not torch.isfinite(loss):
-                        bad = True  # still run backward: under DDP every rank must, and the step is skipped below
-                    learner.accelerator.backward(loss * (w * learner.world)) if learner.accelerator is not None else (loss * w).backward()
-                if not torch.isfinite(loss):
+                    finite = bool(torch.isfinite(loss))
+                    bad = bad or not finite  # backward still runs: under DDP every rank must; the step is skipped below
+                    learner.backward(loss * w)
+                if not finite:
                     continue
                 for k in LOSS_KEYS:
                     loss_sums[k] += m.get(k, 0.0) * w
