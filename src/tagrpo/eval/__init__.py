@@ -1,5 +1,6 @@
 """Evaluation: the unbiased pass@k estimator, the benchmark registry and runner (`evaluate`),
-and response diversity (mean pairwise embedding distance).
+presets for `tagrpo eval` (`--preset paper`), and response diversity (mean pairwise embedding
+distance).
 
 Imports are light (no torch, no transformers, no embedding model until a function runs)."""
 
@@ -12,6 +13,7 @@ from tagrpo.eval.benchmarks import (
 )
 from tagrpo.eval.diversity import load_embedder, mean_pairwise_distance, pairwise_distances
 from tagrpo.eval.passk import mean_pass_at_k, pass_at_k
+from tagrpo.eval.presets import PRESETS, resolve_eval_settings
 from tagrpo.eval.runner import (
     evaluate,
     make_document,
@@ -24,6 +26,7 @@ from tagrpo.eval.runner import (
 
 __all__ = [
     "BENCHMARKS",
+    "PRESETS",
     "choice_reward",
     "evaluate",
     "load_benchmark",
@@ -37,6 +40,7 @@ __all__ = [
     "pass_at_k",
     "read_document",
     "rescore",
+    "resolve_eval_settings",
     "results_table",
     "summarize",
     "write_document",

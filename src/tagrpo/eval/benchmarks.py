@@ -1,16 +1,19 @@
 """Benchmark registry and loaders: the math benchmarks the TA-GRPO paper reports pass@k on
-(MATH500, AIME24/25, AMC23, OlympiadBench, Minerva, GPQA-Diamond) plus GSM8K, each mapped to
-its Hugging Face dataset and field layout, and normalized to evaluation rows.
+(MATH500, AIME24/25, AMC23, AMC12, OlympiadBench, Minerva, GPQA-Diamond) plus GSM8K, each mapped
+to its Hugging Face dataset and field layout, and normalized to evaluation rows. File reading is
+in `tagrpo.eval.records`, the scorers in `tagrpo.eval.scoring` (both re-exported here).
 
 Nothing here differs between GRPO and TA-GRPO: every model (base, GRPO, TA-GRPO) is evaluated on
 the same rows with the same prompt, so only the policy changes between columns of a table.
 
 Evaluation row: `{"id", "question", "answer", "kind", "benchmark", ...}`. `question` is the text
 put into the prompt template, `answer` the gold answer handed to the scorer, `kind` picks the
-scorer and template: "math" (`tagrpo.rewards.math_reward` on the final `\\boxed{}`) or
-"choice" (multiple choice: the letter in the final `\\boxed{}` against the gold letter).
+scorer and template: "math" (`tagrpo.rewards.math_reward` on the final `\\boxed{}`),
+"choice" (GPQA's four options: the letter in the final `\\boxed{}` against the gold letter) or
+"choice5" (an AMC12 row whose gold answer is an option letter A-E).
 
-Prompt formats (the user turn, wrapped by each model's chat template; the same for every model):
+Prompt formats (the user turn, wrapped by each model's chat template, or raw text with
+`--no-chat-template` / `--preset paper`; the same for every model):
 
 - math  (all but GPQA): `{question}` + newline +
   `Please reason step by step, and put your final answer within \\boxed{}.`
@@ -19,6 +22,13 @@ Prompt formats (the user turn, wrapped by each model's chat template; the same f
   `Please reason step by step, and put the letter of the correct option (A, B, C or D) within \\boxed{}.`
   The order of the four options is a seeded shuffle per question (`random.Random(f"{seed}:{record id}")`),
   so it is identical across models and runs with the same `--seed`.
+- choice5 (AMC12 rows with a letter answer): the question as given when it lists (A) to (E), else
+  with its `options` / `choices` field appended as `A) ...` to `E) ...`; the instruction names
+  `(A, B, C, D or E)`.
+
+AMC12 is the common public form of the AMC 2022-2023 problems (`AI-MO/aimo-validation-amc`,
+83 problems rewritten to numeric answers; fields `problem` or `question`, `answer`, `id`), beside
+AMC23 (`math-ai/amc23`, 40 problems). Float answers such as `142.0` become `142`, as for AMC23.
 
 Sources: loaded with `datasets.load_dataset(hf_id, config, split=...)` when online, or from a local
 file with the same fields (`DATA_DIR/<name>.{jsonl,json,parquet,csv}`, e.g. `gsm8k.jsonl`,
@@ -27,8 +37,6 @@ file with the same fields (`DATA_DIR/<name>.{jsonl,json,parquet,csv}`, e.g. `gsm
 
 from __future__ import annotations
 
-import csv
-import json
 import os
 import random
 import re
@@ -38,17 +46,35 @@ from pathlib import Path
 from typing import Any
 
 from tagrpo.errors import TagrpoError
-from tagrpo.rewards.extract import extract_final_answer
+from tagrpo.eval.records import LOCAL_SUFFIXES, answer_text, read_records
+from tagrpo.eval.scoring import (
+    LETTERS,
+    LETTERS5,
+    choice5_reward,
+    choice_letter,
+    choice_reward,
+    scorer_for,
+)
 from tagrpo.rollout.prompts import DEFAULT_PROMPT_TEMPLATE
+
+# re-exported: the scorers and the file reader lived here before scoring.py and records.py
+__all__ = [
+    "BENCHMARKS", "CHOICE5_TEMPLATE", "CHOICE_TEMPLATE", "GPQA_FIELDS", "LETTERS", "LETTERS5", "LOCAL_SUFFIXES",
+    "MATH_TEMPLATE", "PROMPT_TEMPLATES", "Benchmark", "answer_text", "benchmark_names", "choice5_reward",
+    "choice_letter", "choice_reward", "get_benchmark", "gpqa_options", "load_benchmark", "load_eval_data",
+    "load_file", "read_records", "scorer_for",
+]
 
 MATH_TEMPLATE = DEFAULT_PROMPT_TEMPLATE  # tagrpo.rollout's default user-turn template
 CHOICE_TEMPLATE = (
     "{question}\nPlease reason step by step, and put the letter of the correct option "
     "(A, B, C or D) within \\boxed{{}}."
 )
-PROMPT_TEMPLATES = {"math": MATH_TEMPLATE, "choice": CHOICE_TEMPLATE}
-LETTERS = "ABCD"
-LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
+CHOICE5_TEMPLATE = (
+    "{question}\nPlease reason step by step, and put the letter of the correct option "
+    "(A, B, C, D or E) within \\boxed{{}}."
+)
+PROMPT_TEMPLATES = {"math": MATH_TEMPLATE, "choice": CHOICE_TEMPLATE, "choice5": CHOICE5_TEMPLATE}
 GPQA_FIELDS = ("Question", "Correct Answer", "Incorrect Answer 1", "Incorrect Answer 2", "Incorrect Answer 3")
 
 
@@ -66,6 +92,8 @@ class Benchmark:
     kind: str = "math"
     description: str = ""
     local_names: tuple[str, ...] = field(default_factory=tuple)
+    question_aliases: tuple[str, ...] = ()  # other names of the question field, tried in order
+    letter_answers: bool = False  # a gold answer that is a lone letter A-E makes the row "choice5"
 
 
 BENCHMARKS: dict[str, Benchmark] = {
@@ -81,6 +109,11 @@ BENCHMARKS: dict[str, Benchmark] = {
                   description="AIME 2025 I and II (30 problems, integer answers)", local_names=("aime_2025", "aime2025")),
         Benchmark("amc23", "math-ai/amc23", "test", "question", "answer", id_field="id",
                   description="AMC 2023 (40 problems)", local_names=("amc_2023", "amc2023")),
+        Benchmark("amc12", "AI-MO/aimo-validation-amc", "train", "problem", "answer", id_field="id",
+                  question_aliases=("question",), letter_answers=True,
+                  description="AMC12 2022 and 2023 (83 problems, answers as numbers; option-letter answers A-E "
+                              "are scored as multiple choice)",
+                  local_names=("AMC12", "amc_12", "aimo-validation-amc", "aimo_validation_amc")),
         Benchmark("olympiadbench", "Hothan/OlympiadBench", "train", "question", "final_answer",
                   config="OE_TO_maths_en_COMP", id_field="id",
                   description="OlympiadBench, open-ended text-only English maths (674 problems; final_answer is a list)",
@@ -106,54 +139,6 @@ def get_benchmark(name: str) -> Benchmark:
     return BENCHMARKS[key]
 
 
-# --- raw records ---------------------------------------------------------------------------
-def read_records(path: str | os.PathLike) -> list[dict]:
-    """Raw records of a .jsonl / .json / .parquet / .csv file, fields untouched."""
-    p = Path(path)
-    suffix = p.suffix.lower()
-    if suffix not in LOCAL_SUFFIXES:
-        raise TagrpoError(f"{p}: cannot read '{suffix or p.name}' files; use one of {', '.join(LOCAL_SUFFIXES)}")
-    if not p.is_file():
-        raise FileNotFoundError(f"{p}: no such file")
-    if suffix == ".jsonl":
-        out = []
-        with p.open(encoding="utf-8") as f:
-            for lineno, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise TagrpoError(f"{p}, line {lineno}: invalid JSON ({e.msg} at column {e.colno})") from None
-        return out
-    if suffix == ".json":
-        try:
-            data = json.loads(p.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise TagrpoError(f"{p}, line {e.lineno}: invalid JSON ({e.msg})") from None
-        if isinstance(data, dict):
-            data = next((data[k] for k in ("data", "rows", "examples", "test", "train") if isinstance(data.get(k), list)), None)
-        if not isinstance(data, list):
-            raise TagrpoError(f"{p}: expected a JSON list of objects")
-        return data
-    if suffix == ".csv":
-        with p.open(encoding="utf-8", newline="") as f:
-            return list(csv.DictReader(f))
-    import pyarrow.parquet as pq
-
-    return pq.read_table(p).to_pylist()
-
-
-def _answer_text(value: Any) -> str:
-    """Gold answer as a string: lists (OlympiadBench's final_answer) joined, integral floats as ints."""
-    if isinstance(value, (list, tuple)):
-        parts = [_answer_text(v) for v in value]
-        return parts[0] if len(parts) == 1 else ", ".join(parts)
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value).strip()
-
-
 def gpqa_options(record: dict, seed: int, key: str) -> tuple[list[str], str]:
     """(the four options in shuffled order, letter of the correct one). The shuffle is seeded by
     `f"{seed}:{key}"` (string seeds are stable across processes), the same for every model."""
@@ -164,22 +149,47 @@ def gpqa_options(record: dict, seed: int, key: str) -> tuple[list[str], str]:
     return shuffled, LETTERS[order.index(0)]
 
 
+_LETTER_ANSWER = re.compile(r"^\(?([A-E])\)?$")
+_LISTED_OPTION = re.compile(r"\(([A-E])\)")  # "(A)" ... "(E)", as in AoPS' "$\\textbf{(A) }2 \\qquad ..."
+
+
+def _letter_choice_question(rec: dict, question: str, letter: str, where: str) -> str:
+    """The question of a five-option row whose gold answer is `letter`: the text as it is when it
+    lists the options (A) to (E), else the text with an `options` / `choices` field appended as
+    `A) ...` lines. Refuses a row whose options are nowhere, naming the record."""
+    opts = rec.get("options") if rec.get("options") not in (None, "", []) else rec.get("choices")
+    if isinstance(opts, dict):
+        opts = [opts.get(x, opts.get(x.lower())) for x in LETTERS5]
+    if isinstance(opts, (list, tuple)) and len(opts) == 5 and all(o not in (None, "") for o in opts):
+        return question + "\n\n" + "\n".join(f"{LETTERS5[j]}) {str(o).strip()}" for j, o in enumerate(opts))
+    if {"A", "E"} <= set(_LISTED_OPTION.findall(question)):
+        return question
+    raise TagrpoError(
+        f"{where}: the gold answer {letter!r} is an option letter, but the question lists no options (A) to (E) "
+        f"and there is no 'options' or 'choices' field with five options; give the options or a numeric answer"
+    )
+
+
 def _normalize(records: list[dict], bench: Benchmark, source: str, seed: int) -> list[dict]:
+    names = (bench.question_field, *bench.question_aliases)
+    qname = repr(names[0]) + (f" (or {', '.join(map(repr, names[1:]))})" if len(names) > 1 else "")
     rows = []
     for i, rec in enumerate(records):
         where = f"{source}, record {i + 1}"
         if not isinstance(rec, dict):
-            raise TagrpoError(f"{where}: expected an object with fields {bench.question_field!r} and {bench.answer_field!r}")
-        missing = [f for f in ((bench.question_field, bench.answer_field) if bench.kind == "math" else GPQA_FIELDS)
-                   if rec.get(f) in (None, "", [])]
+            raise TagrpoError(f"{where}: expected an object with fields {qname} and {bench.answer_field!r}")
+        qfield = next((f for f in names if rec.get(f) not in (None, "", [])), bench.question_field)
+        if bench.kind == "math":
+            checks = [(qfield, qname), (bench.answer_field, repr(bench.answer_field))]
+        else:
+            checks = [(f, repr(f)) for f in GPQA_FIELDS]
+        missing = next((shown for f, shown in checks if rec.get(f) in (None, "", [])), None)
         if missing:
-            raise TagrpoError(
-                f"{where}: field {missing[0]!r} missing or empty; the {bench.name} layout needs "
-                f"{', '.join(repr(f) for f in ((bench.question_field, bench.answer_field) if bench.kind == 'math' else GPQA_FIELDS))}"
-            )
+            raise TagrpoError(f"{where}: field {missing} missing or empty; the {bench.name} layout needs "
+                              f"{', '.join(shown for _, shown in checks)}")
         rid = rec.get(bench.id_field) if bench.id_field else None
         rid = rid if rid not in (None, "") else i
-        question = str(rec[bench.question_field]).strip()
+        question = str(rec[qfield]).strip()
         row: dict[str, Any] = {"id": rid, "benchmark": bench.name, "kind": bench.kind}
         if bench.kind == "choice":
             options, letter = gpqa_options(rec, seed, str(rid))
@@ -189,7 +199,10 @@ def _normalize(records: list[dict], bench: Benchmark, source: str, seed: int) ->
         else:
             context = rec.get("context") if bench.name == "olympiadbench" else None
             row["question"] = f"{str(context).strip()}\n{question}" if context else question
-            row["answer"] = _answer_text(rec[bench.answer_field])
+            row["answer"] = answer_text(rec[bench.answer_field])
+            m = _LETTER_ANSWER.match(row["answer"]) if bench.letter_answers else None
+            if m:
+                row.update(kind="choice5", answer=m.group(1), question=_letter_choice_question(rec, row["question"], m.group(1), where))
         rows.append(row)
     return rows
 
@@ -258,7 +271,7 @@ def load_file(path: str | os.PathLike, *, seed: int = 0, limit: int | None = Non
     for r in rows:
         r.setdefault("kind", "math")
         r["benchmark"] = p.stem
-        r["answer"] = _answer_text(r["answer"])
+        r["answer"] = answer_text(r["answer"])
     return rows
 
 
@@ -280,46 +293,3 @@ def load_eval_data(data: str, data_dir: str | os.PathLike | None = None, *, seed
     if not rows:
         raise TagrpoError(f"--data {data}: no questions to evaluate")
     return label, rows
-
-
-# --- scoring -------------------------------------------------------------------------------
-_LETTER_PATTERNS = (
-    re.compile(r"^\(?([A-D])\)?(?:$|[\s.:)\]])"),  # "C", "(C)", "C)", "C. 42", "C: ..."
-    re.compile(r"^\(?([a-d])\)?$"),  # a lone lower-case letter ("a pair" is not an option)
-    re.compile(r"^(?:option|choice|answer)\s*:?\s*\(?([A-D])\)?(?:$|[\s.:)])", re.IGNORECASE),
-)
-_LATEX_WRAP = re.compile(r"\\(?:text|textbf|mathrm|mathbf)\s*\{([^{}]*)\}")
-
-
-def choice_letter(completion: str) -> str | None:
-    """The option letter (A-D) of a completion's final answer (last `\\boxed{}`, else a final-answer
-    line), or None. `\\boxed{C}`, `\\boxed{(C)}`, `\\boxed{\\text{C}}`, `\\boxed{C) 42}` all give "C"."""
-    pred = extract_final_answer(completion)
-    if pred is None:
-        return None
-    pred = _LATEX_WRAP.sub(r"\1", pred).strip().strip("$").strip()
-    for pat in _LETTER_PATTERNS:
-        m = pat.match(pred)
-        if m:
-            return m.group(1).upper()
-    return None
-
-
-def choice_reward(completion: str, answer: str) -> float:
-    """1.0 when the completion's final letter equals the gold letter, else 0.0. Never raises."""
-    try:
-        letter = choice_letter(completion)
-        return 1.0 if letter is not None and letter == str(answer).strip().upper() else 0.0
-    except Exception:  # noqa: BLE001 - a reward must never raise
-        return 0.0
-
-
-def scorer_for(kind: str) -> Callable[[str, str], float]:
-    """The reward for a row kind: "math" -> tagrpo.rewards.math_reward, "choice" -> choice_reward."""
-    if kind == "math":
-        from tagrpo.rewards import math_reward
-
-        return math_reward
-    if kind == "choice":
-        return choice_reward
-    raise TagrpoError(f"unknown row kind {kind!r}; choose one of math, choice")
