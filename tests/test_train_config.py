@@ -51,6 +51,7 @@ def test_overrides_are_typed():
     ("generate_batch_size=8", "cannot hold one whole family of 16"),
     ("warmup_ratio=1.5", "warmup_ratio"),
     ("augment=sometimes", "choose one of always, on-uniform"),
+    ("neighbors=llm", "'llm' is not valid; choose one of auto, column, rules, generator"),
 ])
 def test_bad_values_fail_at_load_time(override, match):
     with pytest.raises(TagrpoError, match=match):

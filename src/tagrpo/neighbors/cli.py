@@ -1,8 +1,9 @@
 """`tagrpo neighbors`: build N problem-equivalent neighbors per question (TA-GRPO step 1).
 
 Rules offline (`--backend rules`), any OpenAI-compatible endpoint (`--backend openai`), or a
-local transformers model (`--backend hf`). Plain GRPO skips this step. With `--store` the run is
-resumable: re-running the same command after a crash or Ctrl-C sends no request whose answer
+local transformers model (`--backend hf`); rows of the built-in arithmetic generator can instead
+be restated from their structure in other surface forms (`--backend generator`). Plain GRPO
+skips this step. With `--store` the run is resumable: re-running the same command after a crash or Ctrl-C sends no request whose answer
 is stored. The output is written atomically, only when the run finishes.
 """
 
@@ -25,6 +26,7 @@ class BackendName(str, Enum):
     rules = "rules"
     openai = "openai"
     hf = "hf"
+    generator = "generator"
 
 
 def _sigterm_as_interrupt(signum, frame):  # pragma: no cover - exercised through a subprocess
@@ -97,8 +99,8 @@ def neighbors_command(
     input: Path = typer.Option(..., "--input", help="Input .jsonl, .json or .parquet with question and answer fields (GSM8K / MATH names understood)."),
     output: Path = typer.Option(..., "--output", help="Output .jsonl or .parquet: the rows plus `neighbors: list[str]`. Written atomically at the end."),
     n: int = typer.Option(3, "--n", min=1, help="Neighbors per question (N)."),
-    backend: BackendName = typer.Option(BackendName.rules, "--backend", case_sensitive=False, help="rules (offline) | openai (any OpenAI-compatible endpoint) | hf (local transformers model)."),
-    transformations: str = typer.Option(None, "--transformations", help="Comma-separated subset. rules: reorder,format,rename,instruct; openai/hf: paraphrase,rename,format. Default: all."),
+    backend: BackendName = typer.Option(BackendName.rules, "--backend", case_sensitive=False, help="rules (offline) | openai (any OpenAI-compatible endpoint) | hf (local transformers model) | generator (rows of the built-in arithmetic generator, restated from their `structure`)."),
+    transformations: str = typer.Option(None, "--transformations", help="Comma-separated subset. rules: reorder,format,rename,instruct; openai/hf: paraphrase,rename,format; generator: renamed,question_first,number_words,given_find,past_tense. Default: all."),
     store: Path = typer.Option(None, "--store", help="SQLite file caching every candidate: makes the run resumable and re-runs free."),
     seed: int = typer.Option(0, "--seed", help="Seed of the rules and of request sampling."),
     max_candidates: int = typer.Option(None, "--max-candidates", help="Candidates tried per question at most (default 6N for rules, 2N for models)."),
@@ -149,9 +151,24 @@ def neighbors_command(
     if not rows:
         raise TagrpoError(f"{input}: no usable rows (every row lacks a question or an answer)")
 
+    chosen = tuple(t.strip() for t in transformations.split(",") if t.strip()) if transformations else None
+    if backend is BackendName.generator:
+        from tagrpo.neighbors.generator import build_generator_neighbors
+
+        if verify_solve:
+            raise TagrpoError("--verify-solve needs a model: use --backend openai or --backend hf "
+                              "(generator neighbors are answer-preserving by construction)")
+        if store is not None:
+            err.print("[yellow]note:[/] --store is not used by --backend generator (deterministic, no requests)", soft_wrap=True)
+        t0 = time.monotonic()
+        result, report = build_generator_neighbors(rows, n, seed, chosen, source=str(input))
+        write_rows(output, result)
+        out.print(_summary(report, len(skipped), time.monotonic() - t0, None))
+        out.print(f"wrote {len(result)} rows to {escape(str(output))}", highlight=False, soft_wrap=True)
+        return
     options = BuildOptions(
         n=n,
-        transformations=tuple(t.strip() for t in transformations.split(",") if t.strip()) if transformations else None,
+        transformations=chosen,
         max_candidates=max_candidates,
         verify_solve=verify_solve,
         validation=ValidationConfig(min_length_ratio=min_length_ratio, max_length_ratio=max_length_ratio),

@@ -22,7 +22,7 @@ ALGORITHMS = ("grpo", "grpo-matched", "ta-grpo", "ta-grpo-unanchored", "ta-grpo-
 AUGMENT = ("always", "on-uniform")
 SCHEDULES = ("cosine", "constant", "linear")
 AUTOCAST = ("auto", "bf16", "none")
-NEIGHBOR_SOURCES = ("auto", "column", "rules")
+NEIGHBOR_SOURCES = ("auto", "column", "rules", "generator")
 DEVICES = ("auto", "cpu", "cuda")
 
 
@@ -77,7 +77,9 @@ class TrainConfig:
     answer_field: str = doc("Answer field name ('' = auto: answer/solution).", "")
     arith_difficulty: int = doc("Built-in generator difficulty 1..5 (number of operations).", 2)
     arith_size: int = doc("Number of built-in training problems.", 512)
-    neighbors: str = doc("Neighbor source: 'column' (dataset's neighbors), 'rules' (rule backend), 'auto' (column if present).", "auto")
+    neighbors: str = doc("Neighbor source: 'column' (dataset's neighbors), 'rules' (rule backend), 'generator' (the arithmetic "
+                         "generator restates each problem in N distinct training forms, exactly answer-preserving; rows need "
+                         "its `structure`, as train_data: arith has), 'auto' (column if present, else rules).", "auto")
     prompt_template: str = doc("User turn template; {question} is replaced.", "{question}\nPut your final answer within \\boxed{{}}.")
     system_prompt: str = doc("System message ('' = none / the chat template's default).", "")
     max_prompt_tokens: int = doc("Longer prompts are reported and skipped, never truncated.", 512)
@@ -140,6 +142,12 @@ class TrainConfig:
             bad("warmup_ratio", f"must be in [0, 1), got {self.warmup_ratio}")
         if not 1 <= self.arith_difficulty <= 5:
             bad("arith_difficulty", f"must be in 1..5, got {self.arith_difficulty}")
+        if self.neighbors == "generator" and self.uses_neighbors:
+            from tagrpo.data.arith_forms import NEIGHBOR_FORMS
+
+            if self.num_neighbors > len(NEIGHBOR_FORMS):
+                bad("num_neighbors", f"neighbors: generator has {len(NEIGHBOR_FORMS)} training forms "
+                    f"({', '.join(NEIGHBOR_FORMS)}), so at most {len(NEIGHBOR_FORMS)} distinct neighbors; got {self.num_neighbors}")
         if self.temperature <= 0:
             bad("temperature", f"rollouts sample; must be > 0, got {self.temperature}")
         if self.algorithm in ("grpo-matched", "ta-grpo", "ta-grpo-unanchored", "ta-grpo-separate") and self.num_neighbors < 1:

@@ -47,6 +47,23 @@ def rule_neighbors(rows: list[dict], n: int, index: list[int], seed: int) -> dic
     return {int(b["id"]): list(b.get("neighbors") or []) for b in built}
 
 
+def generator_neighbors(rows: list[dict], n: int, seed: int, source: str) -> dict[int, list[str]]:
+    """Neighbors from the arithmetic generator (N distinct training forms per row, deterministic
+    per (row id, seed)), by row index; a row without the generator's structure is an error."""
+    from tagrpo.data.arith_forms import row_neighbors
+
+    out = {}
+    for i, row in enumerate(rows):
+        if not isinstance(row.get("question"), str) or row.get("answer") is None:
+            continue  # reported and skipped below
+        try:
+            out[i] = [text for _, text in row_neighbors({**row, "id": row.get("id", i)}, n, seed)]
+        except ValueError as e:
+            raise TagrpoError(f"{source} row {i + 1} (id {row.get('id', i)!r}): neighbors: generator: {e}; "
+                              "use neighbors: rules or column for other data") from None
+    return out
+
+
 def load_families(cfg: TrainConfig, tokenizer, rows: list[dict] | None = None) -> tuple[list[dict], list[str]]:
     """Rows with `prompts` = [anchor q0 ids, neighbor ids...]; returns (families, skipped-row messages)."""
     from tagrpo.rewards import normalize_gold
@@ -55,7 +72,9 @@ def load_families(cfg: TrainConfig, tokenizer, rows: list[dict] | None = None) -
     rows, source = source_rows(cfg, rows)
     n_needed = cfg.num_neighbors if cfg.uses_neighbors else 0
     made: dict[int, list[str]] = {}
-    if n_needed:
+    if n_needed and cfg.neighbors == "generator":
+        made = generator_neighbors(rows, n_needed, cfg.seed, source)
+    elif n_needed:
         want = [i for i, r in enumerate(rows) if cfg.neighbors == "rules" or (cfg.neighbors == "auto" and not r.get("neighbors"))]
         made = rule_neighbors([rows[i] for i in want], n_needed, want, cfg.seed)
     out, skipped = [], []
