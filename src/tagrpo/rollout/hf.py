@@ -29,6 +29,7 @@ import torch
 
 from tagrpo.rollout.base import Completion, SamplingParams
 from tagrpo.rollout.batching import cache_kwarg, left_pad, model_device, output_cache, select_rows
+from tagrpo.rollout.decode import FastDecoder, unsupported_reason
 
 DTYPES = ("fp32", "bf16")
 __all__ = ["DTYPES", "HFGenerateEngine", "cache_kwarg", "sample_tokens"]
@@ -58,7 +59,8 @@ def sample_tokens(logits, temperature: float, top_p: float, generator=None, u=No
 
 
 class HFGenerateEngine:
-    def __init__(self, model, tokenizer, max_batch_size: int = 64, share_prompts: bool = True, dtype: str = "fp32"):
+    def __init__(self, model, tokenizer, max_batch_size: int = 64, share_prompts: bool = True, dtype: str = "fp32",
+                 fast_decode: bool | None = None):
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
         if max_batch_size < 1:
@@ -68,6 +70,7 @@ class HFGenerateEngine:
         self.max_batch_size = max_batch_size
         self.share_prompts = share_prompts
         self.dtype = dtype
+        self.fast_decode = fast_decode  # None: on a CPU, for the architectures rollout/decode.py covers
         eos = getattr(model.generation_config, "eos_token_id", None) or tokenizer.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, (list, tuple)) else [eos])
         self.eos_ids.add(tokenizer.eos_token_id)
@@ -154,6 +157,10 @@ class HFGenerateEngine:
             ids, att, pos = left_pad(batch, self.pad_id, dev, width)  # (b, Lp) each
             out = model(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=True, logits_to_keep=1)
         cache = output_cache(out)
+        fast = self._fast_decoder(model)
+        if fast is not None:
+            fast.load(cache, att)
+            cache = None
         next_pos = pos[:, -1:] + 1  # (b, 1)
         eos = torch.tensor(sorted(self.eos_ids), dtype=torch.long, device=dev)
         rows = list(range(b))  # batch row -> original index, for the rows still decoding
@@ -173,16 +180,31 @@ class HFGenerateEngine:
                 if not bool(alive.any()):
                     break
                 keep = alive.nonzero().squeeze(1)  # (b_alive,)
-                select_rows(cache, keep)
+                if fast is not None:
+                    fast.select_rows(keep)
+                else:
+                    select_rows(cache, keep)
                 att, next_pos, tok = att[keep], next_pos[keep], tok[keep]
                 rows = [rows[i] for i in keep.tolist()]
-            att = torch.cat([att, torch.ones((att.shape[0], 1), dtype=att.dtype, device=dev)], dim=1)  # (b_alive, L + 1)
-            out = model(input_ids=tok[:, None], attention_mask=att, position_ids=next_pos, use_cache=True,
-                        logits_to_keep=1, **{kw: cache})
-            cache = output_cache(out)
+            if fast is not None:
+                logits = fast.step(tok, next_pos[:, 0])  # (b_alive, V)
+            else:
+                att = torch.cat([att, torch.ones((att.shape[0], 1), dtype=att.dtype, device=dev)], dim=1)  # (b_alive, L + 1)
+                out = model(input_ids=tok[:, None], attention_mask=att, position_ids=next_pos, use_cache=True,
+                            logits_to_keep=1, **{kw: cache})
+                cache = output_cache(out)
+                logits = out.logits[:, -1]
             next_pos = next_pos + 1
-            logits = out.logits[:, -1]
         return tokens
+
+    def _fast_decoder(self, model) -> FastDecoder | None:
+        """The preallocated-cache decode step (rollout/decode.py) where it applies: `fast_decode`
+        True, or None (auto) on a CPU; only for the architectures it covers."""
+        if self.fast_decode is False or (self.fast_decode is None and self.device.type != "cpu"):
+            return None
+        if unsupported_reason(model) is not None:
+            return None
+        return FastDecoder(model)
 
     def _cut(self, resp: list[int]) -> Completion:
         for j, t in enumerate(resp):
