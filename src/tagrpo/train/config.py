@@ -24,6 +24,7 @@ SCHEDULES = ("cosine", "constant", "linear")
 AUTOCAST = ("auto", "bf16", "none")
 NEIGHBOR_SOURCES = ("auto", "column", "rules", "generator")
 DEVICES = ("auto", "cpu", "cuda")
+OPTIMIZER_STATES = ("fp32", "bf16")
 
 
 def doc(text: str, default):
@@ -93,6 +94,8 @@ class TrainConfig:
     weight_decay: float = doc("AdamW weight decay.", 0.0)
     adam_beta1: float = doc("AdamW beta1.", 0.9)
     adam_beta2: float = doc("AdamW beta2.", 0.999)
+    optimizer_state: str = doc("dtype of the AdamW moments: fp32 (torch's fused AdamW) or bf16 (4 bytes a parameter "
+                               "instead of 8, stochastically rounded; train/optim.py).", "fp32")
     schedule: str = doc("LR schedule after warm-up: cosine, linear or constant.", "cosine")
     warmup_ratio: float = doc("Fraction of steps of linear warm-up.", 0.1)
     max_grad_norm: float = doc("Gradient clipping norm (0 = off).", 1.0)
@@ -122,7 +125,8 @@ class TrainConfig:
             raise TagrpoError(f"config field '{key}': {msg}")
 
         for key, choices in (("algorithm", ALGORITHMS), ("augment", AUGMENT), ("schedule", SCHEDULES),
-                             ("autocast", AUTOCAST), ("neighbors", NEIGHBOR_SOURCES), ("device", DEVICES)):
+                             ("autocast", AUTOCAST), ("neighbors", NEIGHBOR_SOURCES), ("device", DEVICES),
+                             ("optimizer_state", OPTIMIZER_STATES)):
             if getattr(self, key) not in choices:
                 bad(key, f"{getattr(self, key)!r} is not valid; choose one of {', '.join(choices)}")
         from tagrpo.core import AGGREGATIONS, SCALES

@@ -104,10 +104,17 @@ def load_models(cfg: TrainConfig, device: torch.device, ckpt: Path | None = None
 
 
 def make_optimizer(model, cfg: TrainConfig):
-    """Fused AdamW (one kernel over all parameters, CPU and CUDA) and its LR schedule, sized as
-    steps x ppo_epochs x num_mini_batches updates."""
+    """AdamW and its LR schedule, sized as steps x ppo_epochs x num_mini_batches updates. Fused
+    AdamW (one kernel over all parameters, CPU and CUDA), or with `optimizer_state: bf16` the same
+    update with bfloat16 moments (train/optim.py)."""
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2), weight_decay=cfg.weight_decay, fused=True)
+    kw = {"lr": cfg.lr, "betas": (cfg.adam_beta1, cfg.adam_beta2), "weight_decay": cfg.weight_decay}
+    if cfg.optimizer_state == "bf16":
+        from tagrpo.train.optim import AdamWBF16State
+
+        opt = AdamWBF16State(params, **kw)
+    else:
+        opt = torch.optim.AdamW(params, fused=True, **kw)
     updates = cfg.steps * cfg.ppo_epochs * cfg.num_mini_batches
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg.schedule, round(cfg.warmup_ratio * updates), updates))
     return opt, sched
