@@ -56,6 +56,8 @@ def unsupported_reason(model) -> str | None:
     for key in ("final_logit_softcapping", "attn_logit_softcapping", "logit_scale"):
         if getattr(cfg, key, None) not in (None, 1.0):
             return f"{key} = {getattr(cfg, key)}"
+    if kind == "mistral" and getattr(cfg, "sliding_window", None):  # every layer reads it from the config
+        return "sliding-window attention"
     inner, head = getattr(model, "model", None), getattr(model, "lm_head", None)
     if type(head) is not torch.nn.Linear or inner is None or _get(inner, "rotary_emb") is None:
         return "not a plain decoder with a linear lm_head and a rotary embedding"
