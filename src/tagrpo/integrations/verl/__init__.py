@@ -24,6 +24,9 @@ What differs from a plain verl GRPO run (checked against verl 0.9.1, see `SUPPOR
    pi(o|q0)/pi(o|q_n) and undo the anchoring.
 5. A reward function for verl that calls `tagrpo.rewards.math_reward`
    (`tagrpo.integrations.verl.reward.compute_score`).
+6. The uniform-group diagnostics (`uniform/q0_*`, `uniform/family_*`) in verl's step metrics:
+   the entry point runs verl's `run_ppo` with tagrpo's task runner, whose trainer (v1 or legacy
+   v0) adds them (`tagrpo.integrations.verl.trainer`).
 
 Switches (`tagrpo.algorithm=`): `ta-grpo` (the method), `grpo` (n = G, no neighbors),
 `grpo-matched` ((N+1)*G samples of q0), `ta-grpo-unanchored` (joint advantage, q_n reported as

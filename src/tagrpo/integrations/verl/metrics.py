@@ -7,9 +7,14 @@
 `non_tensor_batch["uid"]`, `non_tensor_batch["ta_variant"]` (written by `TAGRPOAgentLoop`) and the
 sequence scores (`batch["token_level_scores"].sum(-1)` or `batch["rm_scores"].sum(-1)`).
 
-Not wired into verl's logger: verl 0.9.1 has no metric hook that sees a whole batch from an agent
-loop, its manager or a reward function. Call `uniform_metrics_from_batch(batch)` from a trainer
-subclass (v0: after the reward step of `RayPPOTrainer.fit`) and merge the dict into `metrics`.
+Logged every step by `python -m tagrpo.integrations.verl` (see `trainer.py`): verl 0.9.1 has no
+metric hook an agent loop, its manager or a reward function can use, so tagrpo hands verl's
+`run_ppo` its own task runner, whose trainer adds these keys to the step's `metrics` dict: on the
+v1 trainer (all modes) from the step's TransferQueue rows (`trainer.uniform_metrics_from_kv`,
+padding rows left out), on the legacy v0 `RayPPOTrainer` through `_update_actor`'s metrics
+(`uniform_metrics_from_batch`). A run started some other way (verl's own `main_ppo`, a recipe with
+its own task runner) does not log them; call `uniform_metrics_from_batch(batch)` there after the
+reward step and merge the dict into `metrics`.
 """
 
 from __future__ import annotations
