@@ -173,6 +173,15 @@ def test_padded_batch_sizes_and_dropped_rows(models, tok, rows):
     _check_decode(model, prompts, tok.pad_token_id, steps=18, chunk=5, drops=drops, seed=rows)
 
 
+def test_rows_that_leave_without_shrinking_the_padded_batch_stay_as_padding(models, tok):
+    """11 rows (16 computed): dropping to 10 and then 9 rows, reordered, keeps 16 buffer rows (no
+    copy of the keys and values) and the live rows' logits still equal their reference."""
+    model = models["llama"]
+    prompts = _random_prompts(11, model.config.vocab_size, seed=5)
+    _check_decode(model, prompts, tok.pad_token_id, steps=10, chunk=4,  # asserts 16 buffer rows throughout
+                  drops={3: [10, 0, 1, 2, 3, 4, 5, 6, 7, 9], 6: [9, 7, 6, 5, 4, 3, 2, 1, 0]})
+
+
 @pytest.mark.parametrize("kind", ["qwen2", "qwen3"])
 def test_dropped_rows_on_other_architectures(models, tok, kind):
     model = models[kind]

@@ -120,6 +120,7 @@ class FastDecoder:
         self.mask = torch.zeros((len(rows), 1, 1, cap), dtype=dtype, device=attention_mask.device)  # (P, 1, 1, cap)
         self.mask[:, 0, 0, :length].masked_fill_(attention_mask[rows] == 0, torch.finfo(dtype).min)
         self.length = length
+        self.live = None  # buffer row of each live row in the caller's order; None: all rows, in order
 
     def _grow(self) -> None:
         """`chunk` more positions in every buffer (amortized: one copy per `chunk` tokens)."""
@@ -133,11 +134,19 @@ class FastDecoder:
         self.mask = mask
 
     def select_rows(self, index: torch.Tensor) -> None:
-        """Keep batch rows `index` (the rows still decoding), in that order."""
-        index = _pad_index(index)
-        self.keys = [t[index] for t in self.keys]
-        self.values = [t[index] for t in self.values]
-        self.mask = self.mask[index]
+        """Keep live rows `index` (positions in the caller's current row order), in that order.
+        The buffers are compacted only when the padded row count shrinks; until then a finished
+        row stays in the batch as padding (the product costs the same) instead of every layer's
+        keys and values being copied."""
+        live = index if self.live is None else self.live[index]
+        if _padded_rows(len(index)) == self.mask.shape[0]:
+            self.live = live
+            return
+        rows = _pad_index(live)
+        self.keys = [t[rows] for t in self.keys]
+        self.values = [t[rows] for t in self.values]
+        self.mask = self.mask[rows]
+        self.live = None
 
     # ------------------------------------------------------------------ step
     @torch.no_grad()
@@ -147,9 +156,10 @@ class FastDecoder:
             self._grow()
         t = self.length
         m, b = tokens.shape[0], self.mask.shape[0]  # live rows, rows computed (padded)
-        if b > m:  # padding rows repeat row 0; their results are dropped
-            tokens = torch.cat([tokens, tokens[:1].expand(b - m)])
-            positions = torch.cat([positions, positions[:1].expand(b - m)])
+        live = self.live if self.live is not None else (torch.arange(m, device=tokens.device) if b > m else None)
+        if live is not None:  # padding rows take the first row's token and position; their results are dropped
+            tokens = tokens[:1].repeat(b).index_copy_(0, live, tokens)
+            positions = positions[:1].repeat(b).index_copy_(0, live, positions)
         inner = self.model.model
         x = inner.embed_tokens(tokens)  # (b, h)
         cos, sin = inner.rotary_emb(x, position_ids=positions[:, None])  # (b, 1, d) each
@@ -180,7 +190,8 @@ class FastDecoder:
             mlp = layer.mlp
             x = x + _linear(F.silu(_linear(h, mlp.gate_proj)) * _linear(h, mlp.up_proj), mlp.down_proj)
         self.length = t + 1
-        return _linear(_rms(x, inner.norm), self.model.lm_head)[:m].contiguous()  # (m, V)
+        logits = _linear(_rms(x, inner.norm), self.model.lm_head)  # (b, V)
+        return logits.contiguous() if live is None else logits[live]  # (m, V) in the caller's order
 
 
 def _padded_rows(m: int) -> int:

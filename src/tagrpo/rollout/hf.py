@@ -12,6 +12,11 @@ returns response ids cut after the first EOS. It calls the model's forward direc
   at each `generate` call (the rollout/training weight split of verl and vLLM set-ups); on a GPU
   it runs the model under bf16 autocast instead (no copy), and not at all when the weights are
   already bf16. The training forward under `autocast: bf16` runs the same bf16 matmuls;
+- on a CPU, Llama-family models (Llama/SmolLM2, Mistral without sliding window, Qwen2, Qwen3)
+  decode through `rollout/decode.py` after transformers' prefill: a preallocated KV cache instead
+  of transformers' concatenating one, and the step's products in the orientation MKL runs fastest
+  with few rows (`fast_decode`: None = that default, True/False to force; the same tokens as
+  transformers' forward in the tests, and in benchmarks/rollout on the real model);
 - every tensor lives on the model's device;
 - `seeds` (one per prompt) gives each row its own random stream, so a row's sample does not
   depend on which other rows share its batch (the trainer seeds per family and sample, making
