@@ -45,7 +45,7 @@ $(VERL_STAMP): pyproject.toml Makefile
 
 # TAGRPO_REQUIRE_VERL=1: a missing verl fails these tests instead of skipping them.
 test-verl: setup-verl
-	TAGRPO_REQUIRE_VERL=1 $(VERL_PY) -m pytest -q tests/test_verl_integration.py tests/test_verl_data.py tests/test_verl_metrics_logged.py
+	TAGRPO_REQUIRE_VERL=1 $(VERL_PY) -m pytest -q tests/test_verl_integration.py tests/test_verl_data.py tests/test_verl_metrics_logged.py tests/test_verl_separate.py
 
 clean:
 	rm -rf $(VENV) $(VERL_VENV) build *.egg-info src/*.egg-info

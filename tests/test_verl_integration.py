@@ -30,7 +30,12 @@ import torch
 from omegaconf import OmegaConf
 
 from tagrpo.integrations.verl._deps import TAGRPOVerlError
-from tagrpo.integrations.verl.settings import SESSION_KEY, check_config, register_resolvers
+from tagrpo.integrations.verl.settings import (
+    SESSION_KEY,
+    V0_MANAGER,
+    check_config,
+    register_resolvers,
+)
 
 Q0 = "What is 12 plus 7?"
 NEIGHBORS = ["Compute 7 + 12.", "Find the sum of twelve and seven."]
@@ -186,15 +191,17 @@ REFUSALS = [
     (["algorithm.adv_estimator=rloo"], "adv_estimator=grpo"),
     (["actor_rollout_ref.rollout.agent.default_agent_loop=single_turn_agent"], "default_agent_loop=tagrpo_agent"),
     (["actor_rollout_ref.rollout.agent.agent_loop_config_path=null"], "agent_loop_config_path"),
-    (["tagrpo.algorithm=ta-grpo-separate"], "tagrpo train"),
-    (["tagrpo.algorithm=ppo"], "grpo, grpo-matched, ta-grpo"),
+    (["tagrpo.algorithm=ta-grpo-separate", "actor_rollout_ref.rollout.n=8"], "actor_rollout_ref.rollout.n=32"),
+    (["tagrpo.algorithm=ta-grpo-separate", "actor_rollout_ref.rollout.calculate_log_probs=true"],
+     "calculate_log_probs=false"),
+    (["tagrpo.algorithm=ppo"], "grpo, grpo-matched, ta-grpo, ta-grpo-unanchored, ta-grpo-separate"),
     (["tagrpo.algorithm=ta-grpo", "tagrpo.num_neighbors=0"], "tagrpo.algorithm=grpo"),
     (["trainer.use_v1=false"], "TAGRPOAgentLoopManager"),
     (["actor_rollout_ref.rollout.val_kwargs.n=9"], "val_kwargs.n <= tagrpo.samples_per_variant=8"),
 ]
 
 
-@pytest.mark.parametrize("overrides,says", REFUSALS, ids=[o[0][0] for o in REFUSALS])
+@pytest.mark.parametrize("overrides,says", REFUSALS, ids=[" ".join(o[0]) for o in REFUSALS])
 def test_check_config_refuses_with_what_to_set(overrides, says):
     cfg = compose(*overrides)
     with pytest.raises(TAGRPOVerlError) as err:
@@ -212,6 +219,11 @@ def test_check_config_allows_what_only_anchoring_forbids():
     v0 = compose("trainer.use_v1=false", "actor_rollout_ref.rollout.agent.agent_loop_manager_class="
                  "tagrpo.integrations.verl.agent_loop.TAGRPOAgentLoopManager")
     assert check_config(v0).family_size == 32
+    # the separate ablation: (N+1)*G under one uid, anchored, on both trainers
+    manager = "actor_rollout_ref.rollout.agent.agent_loop_manager_class=" + V0_MANAGER
+    for extra in ([], ["trainer.use_v1=false", manager]):
+        sep = check_config(compose("tagrpo.algorithm=ta-grpo-separate", *extra))
+        assert (sep.family_size, sep.anchored, sep.per_variant_advantage) == (32, True, True)
 
 
 def test_check_config_reads_neighbors_of_the_training_parquet(tmp_path):
@@ -262,8 +274,10 @@ def test_example_launch_scripts_compose_and_pass_the_checks(repo_root, tmp_path,
 # ------------------------------------------------------------------------------------------
 
 
-def test_agent_loop_samples_from_neighbors_and_reports_q0_prompt(model_dir):
-    worker = make_worker(small_config(model_dir))
+@pytest.mark.parametrize("algorithm", ["ta-grpo", "ta-grpo-separate"])
+def test_agent_loop_samples_from_neighbors_and_reports_q0_prompt(model_dir, algorithm):
+    # +tagrpo.hooked_trainer: what tagrpo's task runner sets (the separate loop demands it)
+    worker = make_worker(small_config(model_dir, f"tagrpo.algorithm={algorithm}", "+tagrpo.hooked_trainer=true"))
     tok = worker.tokenizer
     batch = family_batch(n_rows=1, copies=6)
     batch.non_tensor_batch[SESSION_KEY] = np.arange(6)  # what TAGRPOAgentLoopManager adds
@@ -291,6 +305,20 @@ def test_agent_loop_samples_from_neighbors_and_reports_q0_prompt(model_dir):
         pos = b["position_ids"][i][b["attention_mask"][i].bool()]
         assert pos.tolist() == list(range(len(q0) + len(response)))
     assert "rollout_log_probs" not in b
+
+
+def test_separate_agent_loop_refuses_a_trainer_tagrpo_did_not_build(model_dir):
+    """Launched with verl's own main_ppo (no `tagrpo.hooked_trainer`), verl's grpo estimator
+    would normalize over the family: the separate loop stops the run instead."""
+    worker = make_worker(small_config(model_dir, "tagrpo.algorithm=ta-grpo-separate"))
+    batch = family_batch(n_rows=1, copies=6)
+    batch.non_tensor_batch[SESSION_KEY] = np.arange(6)
+    # verl builds agent loops with hydra.utils.instantiate, which wraps the loop's error
+    from hydra.errors import InstantiationException
+
+    with pytest.raises(InstantiationException, match="python -m tagrpo.integrations.verl"):
+        run_worker(worker, batch)
+    assert worker.llm_client.prompts == []  # nothing generated
 
 
 def test_unanchored_reports_neighbor_prompt_and_grpo_matched_never_reads_neighbors(model_dir):

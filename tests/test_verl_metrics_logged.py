@@ -151,10 +151,15 @@ def fake_tq(monkeypatch):
 
 @pytest.fixture
 def registry(monkeypatch):
-    """verl's v1 trainer registry, restored after the test."""
+    """verl's v1 trainer registry and its advantage functions (wrapped by tagrpo's installers),
+    restored after the test."""
+    from verl.trainer.ppo import ray_trainer
     from verl.trainer.ppo.v1 import trainer_base
 
     monkeypatch.setattr(trainer_base, "TRAINER_REGISTRY", dict(trainer_base.TRAINER_REGISTRY))
+    monkeypatch.setattr(ray_trainer, "compute_advantage", ray_trainer.compute_advantage)
+    monkeypatch.setattr(trainer_base, "compute_advantage_for_multi_trajectories",
+                        trainer_base.compute_advantage_for_multi_trajectories)
     return trainer_base
 
 
@@ -195,6 +200,7 @@ def test_v1_step_metrics_hold_uniform_fractions_beside_verls_own(fake_tq, regist
 
 def test_v1_hook_wraps_every_trainer_mode_and_warns_without_ta_variant(fake_tq, registry, caplog):
     from tagrpo.integrations.verl.trainer import (
+        SeparateAdvantageV1Mixin,
         UniformMetricsV1Mixin,
         install_v1_trainer,
         uniform_metrics_from_kv,
@@ -203,7 +209,8 @@ def test_v1_hook_wraps_every_trainer_mode_and_warns_without_ta_variant(fake_tq, 
     for mode in ("sync", "colocate_async", "separate_async"):
         base = registry.get_trainer_cls(mode)
         cls = install_v1_trainer(mode)
-        assert cls.__mro__[1:3] == (UniformMetricsV1Mixin, base)
+        assert cls.__mro__[1:4] == (UniformMetricsV1Mixin, SeparateAdvantageV1Mixin, base)
+        assert "_compute_advantage" not in base.__dict__  # the mixin wraps verl's base method
         assert install_v1_trainer(mode) is cls  # idempotent
         assert "_compute_metrics" not in base.__dict__  # verl's mode classes keep the base method
 
@@ -299,7 +306,8 @@ def test_v0_update_actor_metrics_hold_uniform_fractions():
 
 
 @pytest.mark.parametrize("use_v1", [True, False])
-def test_entry_point_runs_verl_with_tagrpo_task_runner(monkeypatch, use_v1):
+@pytest.mark.parametrize("algorithm", ["ta-grpo", "ta-grpo-separate"])
+def test_entry_point_runs_verl_with_tagrpo_task_runner(monkeypatch, use_v1, algorithm):
     from verl.trainer import main_ppo
 
     from tagrpo.integrations.verl import __main__ as entry
@@ -311,7 +319,7 @@ def test_entry_point_runs_verl_with_tagrpo_task_runner(monkeypatch, use_v1):
         "data.train_files=missing.parquet", "data.train_batch_size=8", "trainer.n_gpus_per_node=1",
         "actor_rollout_ref.actor.ppo_mini_batch_size=8", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
-        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4", f"tagrpo.algorithm={algorithm}",
     ]
     if not use_v1:
         overrides += ["trainer.use_v1=false", f"actor_rollout_ref.rollout.agent.agent_loop_manager_class={V0_MANAGER}"]
@@ -324,6 +332,7 @@ def test_task_runners_install_the_hooked_trainer_before_verl_builds_it(monkeypat
     tagrpo's (verl's run itself, which starts TransferQueue / workers, is replaced by a probe)."""
     from verl.trainer import main_ppo_v0
     from verl.trainer.main_ppo import TaskRunnerV1
+    from verl.trainer.ppo import ray_trainer
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
     from verl.trainer.ppo.v1 import PPOTrainerColocateAsync
 
@@ -335,16 +344,28 @@ def test_task_runners_install_the_hooked_trainer_before_verl_builds_it(monkeypat
     )
 
     seen = {}
+
+    def probe(name, cls):  # the trainer verl's run would build, and the advantage functions it calls
+        seen[name] = cls
+        seen[name + "_adv"] = (ray_trainer.compute_advantage, registry.compute_advantage_for_multi_trajectories)
+
     monkeypatch.setattr(TaskRunnerV1.__ray_actor_class__, "run",
-                        lambda self, config: seen.setdefault("v1", registry.get_trainer_cls(config.trainer.v1.trainer_mode)))
+                        lambda self, config: probe("v1", registry.get_trainer_cls(config.trainer.v1.trainer_mode)))
     monkeypatch.setattr(main_ppo_v0.TaskRunner.__ray_actor_class__, "run",
-                        lambda self, config: seen.setdefault("v0", main_ppo_v0.RayPPOTrainer))
+                        lambda self, config: probe("v0", main_ppo_v0.RayPPOTrainer))
     monkeypatch.setattr(main_ppo_v0, "RayPPOTrainer", RayPPOTrainer)  # restored after the test
 
-    TAGRPOTaskRunnerV1.__ray_actor_class__().run(compose("trainer.v1.trainer_mode=colocate_async"))
+    configs = [compose("trainer.v1.trainer_mode=colocate_async"), compose("trainer.use_v1=false")]
+    assert all("hooked_trainer" not in c.tagrpo for c in configs)
+    TAGRPOTaskRunnerV1.__ray_actor_class__().run(configs[0])
     assert issubclass(seen["v1"], UniformMetricsV1Mixin) and issubclass(seen["v1"], PPOTrainerColocateAsync)
-    TAGRPOTaskRunner.__ray_actor_class__().run(compose("trainer.use_v1=false"))
+    TAGRPOTaskRunner.__ray_actor_class__().run(configs[1])
     assert seen["v0"] is TAGRPORayPPOTrainer
+    # both runners mark the config (ta-grpo-separate's agent loop demands it) and wrap verl's
+    # advantage functions (no-ops unless ta-grpo-separate's grouping is active)
+    assert all(c.tagrpo.hooked_trainer is True for c in configs)
+    for name in ("v1_adv", "v0_adv"):
+        assert all(hasattr(f, "__tagrpo_original__") for f in seen[name])
 
 
 def test_task_runner_actor_classes_reach_a_fresh_process_as_tagrpo_code(tmp_path):

@@ -30,9 +30,12 @@ What differs from a plain verl GRPO run (checked against verl 0.9.1, see `SUPPOR
 
 Switches (`tagrpo.algorithm=`): `ta-grpo` (the method), `grpo` (n = G, no neighbors),
 `grpo-matched` ((N+1)*G samples of q0), `ta-grpo-unanchored` (joint advantage, q_n reported as
-the prompt, as the authors' public code does). `ta-grpo-separate` is refused on verl: verl 0.9.1
-keys every trajectory by the prompt's uid, so a uid per variant needs a copied trainer; use
-`tagrpo train` for that ablation.
+the prompt, as the authors' public code does), `ta-grpo-separate` (sampled and anchored like
+`ta-grpo`, rollout.n = (N+1)*G under one uid, but each variant's G rewards normalized alone). verl
+keys every trajectory by the prompt's uid, so the separate ablation keeps the uid and changes only
+the grouping index of verl's own `grpo` advantage to (uid, `ta_variant`), through the same task
+runner's trainer (`tagrpo.integrations.verl.advantage`); its agent loop refuses to run under a
+trainer built any other way (verl's own `main_ppo`), which would normalize over the family.
 
 Nothing here imports verl at import time: `import tagrpo.integrations.verl` works without verl;
 the submodules that need it raise an ImportError that says how to install it.

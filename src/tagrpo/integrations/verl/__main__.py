@@ -7,7 +7,8 @@ numbers instead of `${...}`), without importing Ray or starting anything. Otherw
 resolved, checked (`settings.check_config`: every refusal says what to set), and handed to verl:
 the steps of `verl.trainer.main_ppo.main` (`auto_set_device`, `validate_config`, `run_ppo`), with
 the task runner of `tagrpo.integrations.verl.trainer` instead of verl's (its trainer adds the
-uniform-group diagnostics `uniform/*` to every step's metrics; v1 and legacy v0 trainer alike).
+uniform-group diagnostics `uniform/*` to every step's metrics and, for `ta-grpo-separate`, groups
+verl's advantage by uid and variant; v1 and legacy v0 trainer alike).
 Ray starts and training runs as in any verl run (GPUs required).
 """
 

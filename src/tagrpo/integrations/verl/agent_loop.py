@@ -9,14 +9,17 @@ How it differs from verl's `SingleTurnAgentLoop` (its parent, which does the gen
   generated from variant v = s // G: q0 for v = 0, neighbor `extra_info.neighbors[v-1]` otherwise.
   The neighbor replaces q0's text (`extra_info.question`) inside the last user message, so the
   template and system prompt stay; without `question` it replaces the whole user message.
-- For `ta-grpo`, a neighbor session then reports **q0's** prompt token ids (q0's messages through
-  the same Continuous Token builder verl uses) as its prompt, and no sampler log-probs. verl
+- For `ta-grpo` and `ta-grpo-separate`, a neighbor session then reports **q0's** prompt token
+  ids (q0's messages through the same Continuous Token builder verl uses) as its prompt, and no
+  sampler log-probs. verl
   builds input_ids = q0 + response, attention_mask and position_ids from this (v0:
   `AgentLoopWorker._agent_loop_postprocess`; v1: `AgentLoopWorkerTQ._agent_loop_postprocess`,
   including its prompt/sequence length tags), so old, reference and current log-probs are all
   log pi(o | q0). `ta-grpo-unanchored` keeps q_n's ids (the authors' public code);
   `grpo` / `grpo-matched` never read neighbors.
-- The variant is added to `extra_fields["ta_variant"]`.
+- The variant is added to `extra_fields["ta_variant"]` (the uniform-group metrics read it, and
+  `ta-grpo-separate`'s advantage hook groups by it; that algorithm's loop refuses to run unless
+  tagrpo's task runner built the trainer, `settings.check_hooked`).
 - Multimodal prompts (a processor, non-text content) are refused: neighbors are text.
 
 The session id: verl's v1 trainer passes `session_id` (0..n-1) to every agent loop. The legacy v0
@@ -37,7 +40,7 @@ import numpy as np
 from verl.experimental.agent_loop.agent_loop import AgentLoopManager, AgentLoopOutput, register
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
-from tagrpo.integrations.verl.settings import AGENT_NAME, SESSION_KEY, TASettings
+from tagrpo.integrations.verl.settings import AGENT_NAME, SESSION_KEY, TASettings, check_hooked
 
 __all__ = ["TAGRPOAgentLoop", "TAGRPOAgentLoopManager", "session_numbers", "variant_messages"]
 
@@ -93,6 +96,7 @@ class TAGRPOAgentLoop(SingleTurnAgentLoop):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.ta = TASettings.from_config(self.config)
+        check_hooked(self.config, self.ta)
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
         if self.processor is not None:

@@ -13,13 +13,16 @@ from typing import Any
 
 from tagrpo.integrations.verl._deps import TAGRPOVerlError
 
-#: `tagrpo.algorithm` choices. `ta-grpo-separate` exists in `tagrpo train` and is refused here.
+#: `tagrpo.algorithm` choices, as in `tagrpo train`.
 ALGORITHMS = ("grpo", "grpo-matched", "ta-grpo", "ta-grpo-unanchored", "ta-grpo-separate")
 #: Name under which `TAGRPOAgentLoop` is registered (the config's `rollout.agent.default_agent_loop`).
 AGENT_NAME = "tagrpo_agent"
 #: Non-tensor field the v0 manager adds: the copy number of a row inside its uid (its session).
 SESSION_KEY = "tagrpo_session"
 V0_MANAGER = "tagrpo.integrations.verl.agent_loop.TAGRPOAgentLoopManager"
+#: Config key tagrpo's task runners set (`trainer.mark_hooked`) before verl builds its trainer and
+#: workers: the trainer is tagrpo's subclass, whose advantage hook `ta-grpo-separate` needs.
+HOOKED_KEY = "tagrpo.hooked_trainer"
 
 
 def _get(config: Any, dotted: str, default: Any = None) -> Any:
@@ -41,7 +44,7 @@ def _get(config: Any, dotted: str, default: Any = None) -> Any:
 class TASettings:
     """What the agent loop needs to know: `tagrpo.{algorithm,num_neighbors,samples_per_variant}`."""
 
-    #: grpo | grpo-matched | ta-grpo | ta-grpo-unanchored (ta-grpo-separate is refused on verl)
+    #: grpo | grpo-matched | ta-grpo | ta-grpo-unanchored | ta-grpo-separate
     algorithm: str = "ta-grpo"
     #: N: neighbors (rewordings) per question; 0 only with grpo
     num_neighbors: int = 3
@@ -91,13 +94,32 @@ class TASettings:
     @property
     def anchored(self) -> bool:
         """Report q0's prompt ids for neighbor sessions (every log-prob on q0)."""
-        return self.algorithm == "ta-grpo"
+        return self.algorithm in ("ta-grpo", "ta-grpo-separate")
+
+    @property
+    def per_variant_advantage(self) -> bool:
+        """Normalize each variant's G rewards alone (the separate ablation), not the family's."""
+        return self.algorithm == "ta-grpo-separate"
 
     def variant_of(self, session: int) -> int:
         """Variant generating session `session` (0 = q0): session // G with neighbors, else 0."""
         if not self.uses_neighbors:
             return 0
         return int(session) // self.samples_per_variant
+
+
+def check_hooked(config: Any, ta: TASettings) -> None:
+    """Raise for ta-grpo-separate unless tagrpo's task runner built the trainer (`HOOKED_KEY`):
+    the per-variant grouping is its advantage hook, and verl's own trainer would silently
+    normalize over the family instead. Called by the agent loop, in verl's workers."""
+    if ta.per_variant_advantage and not _get(config, HOOKED_KEY, False):
+        raise TAGRPOVerlError(
+            "tagrpo.algorithm=ta-grpo-separate needs tagrpo's trainer hook (the advantage grouped by uid "
+            "and variant), which only `python -m tagrpo.integrations.verl` installs (through its task "
+            "runner); this run's trainer was built another way (verl's main_ppo, another recipe), whose "
+            "grpo estimator would normalize over the whole family. Launch with `python -m "
+            "tagrpo.integrations.verl`"
+        )
 
 
 def family_size(num_neighbors: Any, samples_per_variant: Any, algorithm: Any = "ta-grpo") -> int:
@@ -133,20 +155,12 @@ def check_config(config: Any, *, check_data: bool = True) -> TASettings:
     block) runs the chosen algorithm correctly; return the settings.
 
     Refused: rollout.n != (N+1)*G; an estimator other than `grpo`; another agent loop; multi-turn
-    tool loops; ta-grpo-separate; val_kwargs.n > G; and, for the anchored method, rollout
-    log-probs, MoE routing replay and every rollout correction (bypass mode, importance sampling,
+    tool loops; val_kwargs.n > G; and, for the anchored algorithms (ta-grpo, ta-grpo-separate),
+    rollout log-probs, MoE routing replay and every rollout correction (bypass mode, importance sampling,
     rejection sampling), which would weight neighbor rows by pi(o|q0)/pi(o|q_n). With
     `check_data`, the first rows of each local training parquet must carry N neighbors.
     """
     ta = TASettings.from_config(config)
-    if ta.algorithm == "ta-grpo-separate":
-        raise TAGRPOVerlError(
-            "tagrpo.algorithm=ta-grpo-separate is not available on verl 0.9.1: it needs one uid per "
-            "variant, and verl keys every trajectory (TransferQueue key `{uid}_{session}_{i}`, "
-            "replay buffer, advantage grouping) by the prompt's uid, which an agent loop cannot "
-            "change. Use `tagrpo train` for this ablation, or one of: grpo, grpo-matched, ta-grpo, "
-            "ta-grpo-unanchored"
-        )
     n = _get(config, "actor_rollout_ref.rollout.n")
     if n != ta.family_size:
         what = "G" if ta.algorithm == "grpo" else f"(N+1)*G = ({ta.num_neighbors}+1)*{ta.samples_per_variant}"
@@ -159,7 +173,8 @@ def check_config(config: Any, *, check_data: bool = True) -> TASettings:
     est = _get(config, "algorithm.adv_estimator")
     if est != "grpo":
         _refuse("algorithm.adv_estimator", est, "algorithm.adv_estimator=grpo",
-                "the joint advantage is verl's own grpo estimator applied to the family's uid")
+                "the joint advantage is verl's own grpo estimator applied to the family's uid "
+                "(for ta-grpo-separate, tagrpo's trainer hook groups that estimator by uid and variant)")
     loop = _get(config, "actor_rollout_ref.rollout.agent.default_agent_loop")
     if loop != AGENT_NAME:
         _refuse("actor_rollout_ref.rollout.agent.default_agent_loop", loop,

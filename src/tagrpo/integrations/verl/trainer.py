@@ -1,19 +1,23 @@
-"""Log the uniform-group diagnostics into verl's step metrics, on both verl 0.9.1 trainers.
+"""tagrpo's hooks in verl 0.9.1's trainers (v1 and legacy v0): the uniform-group diagnostics in
+the step metrics, and the per-variant advantage of `ta-grpo-separate` (`advantage.py`).
 
 verl 0.9.1 has no metric hook that an agent loop, its manager or a reward function can use: the
 v0 trainer merges only the manager's `timing` into the step, and the v1 trainer reads the rollout
 through TransferQueue. What verl does offer is `verl.trainer.main_ppo.run_ppo(config,
 task_runner_class)` ("for recipe to change TaskRunner"; verl's own one-step-off-policy and fully
 async recipes use it). `python -m tagrpo.integrations.verl` calls it with a task runner of this
-module, which differs from verl's only in the trainer class it ends up with. Nothing of verl's
-`fit()` is copied:
+module, which differs from verl's only in the trainer class it ends up with (and in setting
+`tagrpo.hooked_trainer`, which `ta-grpo-separate`'s agent loop demands, and wrapping verl's
+advantage functions, `advantage.install_advantage_grouping`). Nothing of verl's `fit()` is copied:
 
 - v1 (`trainer.use_v1=true`, the default; every `trainer.v1.trainer_mode`: sync, colocate_async,
   separate_async): `TAGRPOTaskRunnerV1.run` replaces, in its own Ray process, the registry entry
   of the configured mode (`verl.trainer.ppo.v1.trainer_base.TRAINER_REGISTRY`) by a subclass of the
-  same trainer with `UniformMetricsV1Mixin`, then runs verl's `TaskRunnerV1.run`. The mixin
-  extends `_compute_metrics` (verl's "record metrics" step, called once per step with the whole
-  step's batch, just before `logger.log(metrics)`): it reads `uid`, `rm_scores` and
+  same trainer with `UniformMetricsV1Mixin` and `SeparateAdvantageV1Mixin` (which, for
+  `ta-grpo-separate` only, runs verl's `_compute_advantage` grouped by uid and variant), then runs
+  verl's `TaskRunnerV1.run`. The metrics mixin extends `_compute_metrics` (verl's "record
+  metrics" step, called once per step with the whole step's batch, just before
+  `logger.log(metrics)`): it reads `uid`, `rm_scores` and
   `extra_fields["ta_variant"]` of the step's non-padding rows from TransferQueue and adds
   `uniform_metrics_from_kv`. The mode name is kept (verl branches on it: "sync" vs async).
 - v0 (`trainer.use_v1=false`, deprecated): verl's `main_ppo_v0.TaskRunner.run` builds the trainer
@@ -22,7 +26,9 @@ module, which differs from verl's only in the trainer class it ends up with. Not
   step after the reward and advantage steps, its `meta_info["metrics"]` merged into the step's
   metrics through `reduce_metrics`) adds `uniform_metrics_from_batch(batch)`. During critic
   warm-up (`trainer.critic_warmup` > step; 0 for GRPO) verl skips `_update_actor`, and so the
-  diagnostics.
+  diagnostics. For `ta-grpo-separate`, `fit` runs inside `advantage.per_variant_grouping()`, so
+  its module-level `compute_advantage` call groups by uid and `ta_variant`; `_update_actor`
+  checks that this step's advantage went through that grouping.
 
 Keys added (as the TRL integration logs them; see `metrics.family_uniform_metrics`):
 `uniform/q0_{uniform,all_correct,all_wrong}`, `uniform/family_{uniform,all_correct,all_wrong}`,
@@ -47,7 +53,14 @@ from verl.trainer.main_ppo import TaskRunnerV1
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.trainer.ppo.v1 import trainer_base
 
+from tagrpo.integrations.verl.advantage import (
+    SeparateAdvantageV1Mixin,
+    check_applied,
+    install_advantage_grouping,
+    per_variant_grouping,
+)
 from tagrpo.integrations.verl.metrics import family_uniform_metrics, uniform_metrics_from_batch
+from tagrpo.integrations.verl.settings import HOOKED_KEY, TASettings
 
 __all__ = [
     "TAGRPORayPPOTrainer",
@@ -56,6 +69,7 @@ __all__ = [
     "UniformMetricsV1Mixin",
     "install_v0_trainer",
     "install_v1_trainer",
+    "mark_hooked",
     "task_runner_class",
     "uniform_metrics_from_kv",
 ]
@@ -117,30 +131,39 @@ _V1_CLASSES: dict[type, type] = {}
 
 
 def with_uniform_metrics(trainer_cls: type) -> type:
-    """`trainer_cls` (a verl v1 `PPOTrainer` subclass) with `UniformMetricsV1Mixin`; one class
-    per base, cached."""
+    """`trainer_cls` (a verl v1 `PPOTrainer` subclass) with `UniformMetricsV1Mixin` and
+    `SeparateAdvantageV1Mixin`; one class per base, cached."""
     if issubclass(trainer_cls, UniformMetricsV1Mixin):
         return trainer_cls
     if trainer_cls not in _V1_CLASSES:
-        _V1_CLASSES[trainer_cls] = type(
-            f"TAGRPO{trainer_cls.__name__}", (UniformMetricsV1Mixin, trainer_cls), {"__module__": __name__}
-        )
+        bases = (UniformMetricsV1Mixin, SeparateAdvantageV1Mixin, trainer_cls)
+        _V1_CLASSES[trainer_cls] = type(f"TAGRPO{trainer_cls.__name__}", bases, {"__module__": __name__})
     return _V1_CLASSES[trainer_cls]
 
 
 def install_v1_trainer(mode: str) -> type:
     """Make verl's `get_trainer_cls(mode)` (what `TaskRunnerV1.run` instantiates) return the
-    registered trainer of `mode` with the uniform metrics; return that class. The registry entry
-    is replaced in this process only (the task runner's Ray actor)."""
+    registered trainer of `mode` with tagrpo's hooks; return that class. The registry entry and
+    verl's advantage functions are replaced in this process only (the task runner's Ray actor)."""
+    install_advantage_grouping()
     cls = with_uniform_metrics(trainer_base.get_trainer_cls(mode))
     trainer_base.TRAINER_REGISTRY[mode] = cls
     return cls
 
 
+def mark_hooked(config: Any) -> None:
+    """Set `tagrpo.hooked_trainer=true` in `config` (before verl builds trainer and workers from
+    it): the agent loop of `ta-grpo-separate` runs only under tagrpo's hooked trainer."""
+    from omegaconf import OmegaConf
+
+    OmegaConf.update(config, HOOKED_KEY, True, force_add=True)
+
+
 class _TaskRunnerV1Body(TaskRunnerV1.__ray_actor_class__):
-    """verl's `TaskRunnerV1` whose trainer logs the uniform-group diagnostics."""
+    """verl's `TaskRunnerV1` whose trainer has tagrpo's hooks."""
 
     def run(self, config):
+        mark_hooked(config)
         install_v1_trainer(str(config.trainer.v1.trainer_mode))
         return super().run(config)
 
@@ -155,9 +178,18 @@ TAGRPOTaskRunnerV1 = ray.remote(_TaskRunnerV1Body)
 
 class TAGRPORayPPOTrainer(RayPPOTrainer):
     """verl's v0 `RayPPOTrainer`; `_update_actor`'s metrics also hold the uniform-group
-    diagnostics of the batch (`fit` merges them into the step's metrics)."""
+    diagnostics of the batch (`fit` merges them into the step's metrics); for `ta-grpo-separate`
+    `fit` runs with the advantage grouped by uid and variant."""
+
+    def fit(self):
+        if not TASettings.from_config(self.config).per_variant_advantage:
+            return super().fit()
+        install_advantage_grouping()
+        with per_variant_grouping():
+            return super().fit()
 
     def _update_actor(self, batch):
+        check_applied()  # ta-grpo-separate: this step's advantage was grouped per variant
         output = super()._update_actor(batch)
         if "ta_variant" not in batch.non_tensor_batch:
             _warn_once("v0", "tagrpo: no `ta_variant` in the batch (not TAGRPOAgentLoop?); "
@@ -171,21 +203,24 @@ class TAGRPORayPPOTrainer(RayPPOTrainer):
 
 def install_v0_trainer() -> type:
     """Make verl's `main_ppo_v0.TaskRunner.run` build `TAGRPORayPPOTrainer` (it instantiates the
-    module-global name `RayPPOTrainer`); in this process only (the task runner's Ray actor)."""
+    module-global name `RayPPOTrainer`) and wrap verl's advantage functions; in this process only
+    (the task runner's Ray actor)."""
     current = getattr(main_ppo_v0, "RayPPOTrainer", None)
     if not (isinstance(current, type) and issubclass(current, RayPPOTrainer)):
         raise TAGRPOVerlError(
             "verl's main_ppo_v0 no longer builds its trainer through `RayPPOTrainer`; this tagrpo "
             "version supports verl 0.9.1 only"
         )
+    install_advantage_grouping()
     main_ppo_v0.RayPPOTrainer = TAGRPORayPPOTrainer
     return TAGRPORayPPOTrainer
 
 
 class _TaskRunnerV0Body(main_ppo_v0.TaskRunner.__ray_actor_class__):
-    """verl's legacy `TaskRunner` whose trainer logs the uniform-group diagnostics."""
+    """verl's legacy `TaskRunner` whose trainer has tagrpo's hooks."""
 
     def run(self, config):
+        mark_hooked(config)
         install_v0_trainer()
         return super().run(config)
 
