@@ -103,6 +103,7 @@ class FastDecoder:
         self.values: list[torch.Tensor] = []
         self.mask = None
         self.length = 0
+        self.live = None  # buffer row of each live row in the caller's order; None: all rows, in order
 
     # ------------------------------------------------------------------ cache
     def load(self, hf_cache, attention_mask: torch.Tensor) -> None:
@@ -112,23 +113,19 @@ class FastDecoder:
         cap = length + self.chunk
         self.keys, self.values = [], []
         for layer in hf_cache.layers:
-            for src, dst in ((layer.keys, self.keys), (layer.values, self.values)):
-                buf = src.new_empty((len(rows), src.shape[1], cap, src.shape[3]))  # (P, kvh, cap, d)
-                buf[:, :, :length] = src[rows]
-                dst.append(buf)
+            self.keys.append(_with_capacity(layer.keys[rows], cap))  # (P, kvh, cap, d)
+            self.values.append(_with_capacity(layer.values[rows], cap))
         dtype = self.keys[0].dtype
         self.mask = torch.zeros((len(rows), 1, 1, cap), dtype=dtype, device=attention_mask.device)  # (P, 1, 1, cap)
         self.mask[:, 0, 0, :length].masked_fill_(attention_mask[rows] == 0, torch.finfo(dtype).min)
         self.length = length
-        self.live = None  # buffer row of each live row in the caller's order; None: all rows, in order
+        self.live = None
 
     def _grow(self) -> None:
         """`chunk` more positions in every buffer (amortized: one copy per `chunk` tokens)."""
-        for bufs in (self.keys, self.values):
-            for i, t in enumerate(bufs):
-                new = t.new_empty((t.shape[0], t.shape[1], t.shape[2] + self.chunk, t.shape[3]))
-                new[:, :, : self.length] = t[:, :, : self.length]
-                bufs[i] = new
+        cap = self.keys[0].shape[2] + self.chunk
+        self.keys = [_with_capacity(t[:, :, : self.length], cap) for t in self.keys]
+        self.values = [_with_capacity(t[:, :, : self.length], cap) for t in self.values]
         mask = self.mask.new_zeros((*self.mask.shape[:-1], self.mask.shape[-1] + self.chunk))
         mask[..., : self.length] = self.mask[..., : self.length]
         self.mask = mask
@@ -192,6 +189,13 @@ class FastDecoder:
         self.length = t + 1
         logits = _linear(_rms(x, inner.norm), self.model.lm_head)  # (b, V)
         return logits.contiguous() if live is None else logits[live]  # (m, V) in the caller's order
+
+
+def _with_capacity(kv: torch.Tensor, cap: int) -> torch.Tensor:
+    """A (b, heads, cap, d) buffer whose first positions hold kv (b, heads, L, d)."""
+    buf = kv.new_empty((kv.shape[0], kv.shape[1], cap, kv.shape[3]))
+    buf[:, :, : kv.shape[2]] = kv
+    return buf
 
 
 def _padded_rows(m: int) -> int:
