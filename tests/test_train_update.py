@@ -216,3 +216,19 @@ def test_autocast_auto_is_bf16_only_where_bf16_is_fast(monkeypatch):
     monkeypatch.setattr(M, "bf16_is_fast", lambda d: True)
     assert M.use_bf16(cfg, cpu)
     assert not M.use_bf16(load_config(None, ["autocast=none"]), cpu)
+
+
+def test_cpu_bf16_units_are_read_from_cpuinfo_flags():
+    """oneDNN reports bf16 support on any AVX-512 CPU, but only AMX / AVX512_BF16 (Arm: bf16)
+    make bf16 matmuls faster than fp32; without them `autocast: auto` must stay fp32."""
+    from tagrpo.train.model import cpu_has_bf16_units
+
+    avx512 = "processor\t: 0\nflags\t\t: fpu sse avx avx2 avx512f avx512bw avx512vl avx512_vnni avx512_bitalg\n"
+    assert not cpu_has_bf16_units(avx512)
+    assert not cpu_has_bf16_units("flags\t\t: fpu sse avx avx2 fma\n")
+    assert cpu_has_bf16_units(avx512.replace("avx512_vnni", "avx512_vnni avx512_bf16"))
+    assert cpu_has_bf16_units("flags\t\t: avx512f amx_tile amx_bf16 amx_int8\n")
+    assert cpu_has_bf16_units("processor\t: 0\nFeatures\t: fp asimd sve bf16 i8mm\n")
+    assert not cpu_has_bf16_units("Features\t: fp asimd evtstrm\n")
+    assert not cpu_has_bf16_units("model name\t: bf16 in a name is not a flag\n")
+    assert not cpu_has_bf16_units("")

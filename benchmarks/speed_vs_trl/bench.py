@@ -57,10 +57,9 @@ def resolve_dtype(choice: str) -> str:
         return choice
     import torch
 
-    try:
-        return "bf16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "fp32"
-    except (AttributeError, RuntimeError):
-        return "fp32"
+    from tagrpo.train.model import bf16_is_fast
+
+    return "bf16" if bf16_is_fast(torch.device("cpu")) else "fp32"
 CONFIGS = ["trl-grpo", "tagrpo-grpo", "tagrpo-grpo-noskip", "tagrpo-ta-grpo", "trl-grpo-tuned"]
 TUNED_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**31 - 1)}
 

@@ -46,8 +46,8 @@ class TrainConfig:
     lora_target_modules: str = doc("Comma-separated module names, or 'all-linear'.", "all-linear")
     autocast: str = doc("bf16 autocast for the training forward/backward, and bf16 rollouts ('bf16'), fp32 ('none'), or "
                         "'auto': bf16 where the device has fast bf16 matmuls (CUDA with bf16 support; a CPU with "
-                        "AVX-512/AMX bf16, where oneDNN runs it), fp32 elsewhere (an AVX2-only CPU runs bf16 matmuls "
-                        "~200x slower than fp32).", "auto")
+                        "bf16 units: AMX, AVX512_BF16, Arm BF16), fp32 elsewhere (without them bf16 matmuls run in "
+                        "software: ~5x slower than fp32 on AVX-512, ~200x on AVX2).", "auto")
     device: str = doc("Device of the policy, the reference, rollouts and every tensor of the step: 'auto' (CUDA when "
                       "present, else CPU), 'cpu' or 'cuda' (under `accelerate launch`, each process's own GPU).", "auto")
     threads: int = doc("torch.set_num_threads (0 = leave torch's default).", 0)
