@@ -232,3 +232,34 @@ def test_cpu_bf16_units_are_read_from_cpuinfo_flags():
     assert not cpu_has_bf16_units("Features\t: fp asimd evtstrm\n")
     assert not cpu_has_bf16_units("model name\t: bf16 in a name is not a flag\n")
     assert not cpu_has_bf16_units("")
+
+
+def test_persistent_cpu_gradients_are_one_buffer_and_match_freed_ones(tmp_path, monkeypatch):
+    """On a CPU (keep_freed_memory) the gradients live in one buffer for the run, zeroed in place
+    between updates (no heap fragmentation from reallocating them); the update they produce is the
+    one of gradients freed and reallocated every step (keep_freed_memory false), which are
+    released before each rollout."""
+    common = ("skip_zero_adv=false", "questions_per_step=2", "steps=2")
+    a = _trainer(tmp_path / "a", *common)
+    b = _trainer(tmp_path / "b", *common, "keep_freed_memory=false")
+    assert a.learner.persistent_grads and not b.learner.persistent_grads
+    seen = []
+    real = b.engine.generate
+
+    def spy(*args, **kw):
+        seen.append(all(p.grad is None for p in b.model.parameters()))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(b.engine, "generate", spy)
+    ptrs = []
+    for step in range(2):
+        a.train_step(step), b.train_step(step)
+        _assert_same_grads(a, b)
+        ptrs.append([p.grad.data_ptr() for p in a.model.parameters()])
+        buf = a.learner._grad_bufs[0]
+        lo, hi = buf.data_ptr(), buf.data_ptr() + buf.numel() * buf.element_size()
+        assert all(lo <= q < hi for q in ptrs[-1])  # every .grad is a view of the buffer
+    assert ptrs[0] == ptrs[1]  # the same memory in both updates
+    assert seen == [True, True]  # freed gradients are released before each rollout
+    for (n, pa), (_, pb) in zip(a.model.named_parameters(), b.model.named_parameters()):
+        torch.testing.assert_close(pa, pb, atol=1e-6, rtol=0, msg=n)

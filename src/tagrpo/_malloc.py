@@ -40,3 +40,25 @@ def keep_freed_memory() -> bool:
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
     return bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, _TRIM_NEVER))
+
+
+def release_free_memory() -> bool:
+    """Give the free pages inside the heap back to the system (glibc `malloc_trim(0)`: whole free
+    pages are unmapped, the heap keeps its address range). With keep_freed_memory's settings
+    nothing is ever trimmed automatically, so a heap fragmented by a phase of differently sized
+    tensors (a rollout's KV cache, an update's activations) stays resident; calling this between
+    phases (a few times a step) keeps the resident size near what is in use, at the cost of
+    faulting those pages in again when they are reused. Returns False where there is no glibc."""
+    if not sys.platform.startswith("linux"):
+        return False
+    name = ctypes.util.find_library("c")
+    if not name:
+        return False
+    try:
+        trim = ctypes.CDLL(name).malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    trim(0)
+    return True

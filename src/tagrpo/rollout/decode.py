@@ -106,15 +106,19 @@ class FastDecoder:
         self.live = None  # buffer row of each live row in the caller's order; None: all rows, in order
 
     # ------------------------------------------------------------------ cache
-    def load(self, hf_cache, attention_mask: torch.Tensor) -> None:
-        """Take over transformers' cache after prefill; attention_mask (b, L) is 1 on real tokens."""
+    def load(self, hf_cache, attention_mask: torch.Tensor, source_rows: torch.Tensor | None = None) -> None:
+        """Take over transformers' cache after prefill; attention_mask (b, L) is 1 on real tokens.
+        source_rows (b,): the cache row of each batch row (rows of one prompt share its prefill);
+        None: row i is cache row i. transformers' cache is emptied layer by layer as it is copied."""
         b, length = attention_mask.shape
         rows = _pad_index(torch.arange(b, device=attention_mask.device))  # (P,) P >= b: see _padded_rows
+        src = rows if source_rows is None else source_rows[rows]  # (P,) cache row of each buffer row
         cap = length + self.chunk
         self.keys, self.values = [], []
         for layer in hf_cache.layers:
-            self.keys.append(_with_capacity(layer.keys[rows], cap))  # (P, kvh, cap, d)
-            self.values.append(_with_capacity(layer.values[rows], cap))
+            self.keys.append(_with_capacity(layer.keys[src], cap))  # (P, kvh, cap, d)
+            self.values.append(_with_capacity(layer.values[src], cap))
+            layer.keys = layer.values = None  # release transformers' copy now, not after the last layer
         dtype = self.keys[0].dtype
         self.mask = torch.zeros((len(rows), 1, 1, cap), dtype=dtype, device=attention_mask.device)  # (P, 1, 1, cap)
         self.mask[:, 0, 0, :length].masked_fill_(attention_mask[rows] == 0, torch.finfo(dtype).min)

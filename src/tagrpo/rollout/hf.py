@@ -147,30 +147,35 @@ class HFGenerateEngine:
         width = max(len(p) for p in batch)
         slot: dict[tuple[int, ...], int] = {}
         inv = [slot.setdefault(tuple(p), len(slot)) for p in batch]
-        if self.share_prompts and len(slot) < b and width > 1:
-            # prefill all but the last prompt position once per distinct prompt, copy the cache
+        fast = self._fast_decoder(model)
+        if self.share_prompts and len(slot) < b:
+            # prefill each distinct prompt once; its rows share that KV cache (gathered straight
+            # into the fast decoder's buffers, or repeated in transformers' cache) and its logits
             ids_u, att_u, pos_u = left_pad([list(p) for p in slot], self.pad_id, dev, width)  # (u, Lp) each
-            pre = model(input_ids=ids_u[:, :-1], attention_mask=att_u[:, :-1], position_ids=pos_u[:, :-1],
-                        use_cache=True, logits_to_keep=1)
-            sel = torch.tensor(inv, dtype=torch.long, device=dev)  # (b,)
-            cache = select_rows(output_cache(pre), sel)
+            out = model(input_ids=ids_u, attention_mask=att_u, position_ids=pos_u, use_cache=True, logits_to_keep=1)
+            sel = torch.tensor(inv, dtype=torch.long, device=dev)  # (b,) distinct prompt of each row
             ids, att, pos = ids_u[sel], att_u[sel], pos_u[sel]  # (b, Lp) each
-            out = model(input_ids=ids[:, -1:], attention_mask=att, position_ids=pos[:, -1:], use_cache=True,
-                        logits_to_keep=1, **{kw: cache})
+            logits = out.logits[:, -1][sel]  # (b, V)
+            cache = output_cache(out)
+            if fast is not None:
+                fast.load(cache, att, source_rows=sel)
+            else:
+                select_rows(cache, sel)
             self.prefill_rows_saved += b - len(slot)
         else:
             ids, att, pos = left_pad(batch, self.pad_id, dev, width)  # (b, Lp) each
             out = model(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=True, logits_to_keep=1)
-        cache = output_cache(out)
-        fast = self._fast_decoder(model)
+            logits = out.logits[:, -1]  # (b, V)
+            cache = output_cache(out)
+            if fast is not None:
+                fast.load(cache, att)
+        del out
         if fast is not None:
-            fast.load(cache, att)
-            cache = None
+            cache = None  # the fast decoder holds its own copy
         next_pos = pos[:, -1:] + 1  # (b, 1)
         eos = torch.tensor(sorted(self.eos_ids), dtype=torch.long, device=dev)
         rows = list(range(b))  # batch row -> original index, for the rows still decoding
         tokens: list[list[int]] = [[] for _ in range(b)]
-        logits = out.logits[:, -1]  # (b, V)
         for t in range(max_new):
             u = None
             if gens is not None and temperature > 0:

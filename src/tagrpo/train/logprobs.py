@@ -103,7 +103,9 @@ class _LinearLogProbs(torch.autograd.Function):
                 gz = gz.div_(t).to(cd)  # d/d(h W^T + b)
                 if g_h is not None:
                     g_h[s : s + chunk] = (gz @ w).to(hidden.dtype)
-                if g_w is not None:
+                if g_w is not None and cd == torch.float32:
+                    g_w.addmm_(gz.t(), h)  # accumulated in place: no (V, H) temporary a chunk
+                elif g_w is not None:
                     g_w += (gz.t() @ h).float()
                 if g_b is not None:
                     g_b += gz.float().sum(0)

@@ -96,7 +96,10 @@ class Trainer:
         bf16 = use_bf16(cfg, self.device)
         autocast = bf16 and next(policy.parameters()).dtype == torch.float32  # no casts when the weights are bf16 already
         if cfg.gradient_checkpointing:
-            policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            if hasattr(policy, "activation_checkpointing_enable"):  # transformers >= 5.x; the old name warns
+                policy.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             if cfg.shared_prefix:
                 self._say("gradient_checkpointing: on, so shared_prefix is off (the prompt's KV cache cannot be checkpointed)")
         # one prompt forward per family, reused through the KV cache (DDP runs full sequences:
@@ -104,7 +107,8 @@ class Trainer:
         self.learner = Learner(model=self.model, optimizer=self.optimizer, scheduler=self.scheduler, device=self.device,
                                pad_id=self.tokenizer.pad_token_id, ref_model=self.ref_model, accelerator=self.acc,
                                autocast=autocast, chunked=chunked,
-                               shared_prefix=cfg.shared_prefix and self.world == 1 and not cfg.gradient_checkpointing)
+                               shared_prefix=cfg.shared_prefix and self.world == 1 and not cfg.gradient_checkpointing,
+                               persistent_grads=cfg.keep_freed_memory and self.device.type == "cpu" and self.world == 1)
         self.engine = HFGenerateEngine(policy, self.tokenizer, max_batch_size=cfg.generate_batch_size,
                                        dtype="bf16" if bf16 else "fp32")
         self.data, self.skipped_rows = load_families(cfg, self.tokenizer, self._rows_override)
@@ -142,6 +146,7 @@ class Trainer:
     def train_step(self, step: int) -> dict:
         """Run step `step` (0-based); returns the logged metrics (with 'step' = step + 1)."""
         cfg, t0 = self.cfg, time.perf_counter()
+        self.learner.release_grads()  # the rollout's KV cache can reuse the last update's gradients
         fams = self.families_for_step(step)  # this rank's questions + neighbors
         ro = rollout(self.engine, self.rewarder, step, fams, cfg)  # (N+1)*G responses per family, scored
         samples = ro.samples
@@ -157,9 +162,11 @@ class Trainer:
         self.sampled_tokens += int(gen_tokens)
         if cfg.diversity_every and (step + 1) % cfg.diversity_every == 0:
             metrics.update(diversity_metrics(samples, cfg.algorithm))
+        self._release_free_memory()
         t1 = time.perf_counter()
         with self._training_attention():
             metrics.update(self.update(rows))  # old / ref / current log-probs -> clipped loss -> AdamW
+        self._release_free_memory()
         t_train, dt = time.perf_counter() - t1, time.perf_counter() - t0
         t_gen = ro.t_generate
         metrics.update({"time/generate": t_gen, "time/reward": ro.t_reward, "time/train": t_train, "time/step": dt,
@@ -168,6 +175,14 @@ class Trainer:
                         "perf/train_tokens_per_s": metrics.get("train/tokens", 0.0) / t_train if t_train > 0 else 0.0,
                         "perf/sampled_tokens": float(self.sampled_tokens)})
         return metrics
+
+    def _release_free_memory(self) -> None:
+        """Between the rollout and the update (CPU, keep_freed_memory): free heap pages go back to
+        the system, so the resident size follows what is in use (see tagrpo._malloc)."""
+        if self.cfg.keep_freed_memory and self.device.type == "cpu":
+            from tagrpo._malloc import release_free_memory
+
+            release_free_memory()
 
     def update(self, rows: list[B.Sample]) -> dict:
         """The PPO update on the kept samples; keeps what it computed in `last_update` (tests, debugging)."""

@@ -49,6 +49,42 @@ class Learner:
     autocast: bool = False
     shared_prefix: bool = True
     chunked: bool = True
+    persistent_grads: bool = False  # gradients live in one buffer for the whole run, zeroed in place
+
+    def zero_grad(self) -> None:
+        """Clear the gradients before a mini-batch. With `persistent_grads` the parameters'
+        `.grad` are views of one flat buffer per dtype, allocated at the first call and zeroed in
+        place after (autograd accumulates into an existing `.grad` in place); otherwise they are
+        set to None and reallocated by the next backward. On a CPU, where the allocator keeps
+        freed memory in the process, reallocating 4 bytes a parameter every step fragments the
+        heap (measured: +0.5 GB resident after the second step of the demo)."""
+        if not self.persistent_grads:
+            self.optimizer.zero_grad(set_to_none=True)
+            return
+        params = [p for g in self.optimizer.param_groups for p in g["params"] if p.requires_grad]
+        bufs = getattr(self, "_grad_bufs", None)
+        if bufs is None or any(p.grad is None for p in params):  # first call, or someone set a grad to None
+            by_dtype: dict = {}
+            for p in params:
+                by_dtype.setdefault((p.dtype, p.device), []).append(p)
+            bufs = []
+            for (dtype, device), ps in by_dtype.items():
+                buf = torch.zeros(sum(p.numel() for p in ps), dtype=dtype, device=device)  # (n,)
+                off = 0
+                for p in ps:
+                    p.grad = buf[off : off + p.numel()].view_as(p)
+                    off += p.numel()
+                bufs.append(buf)
+            self._grad_bufs = bufs
+            return
+        for buf in bufs:
+            buf.zero_()
+
+    def release_grads(self) -> None:
+        """Free the last update's gradients (kept after it for inspection) before a rollout,
+        unless they are persistent."""
+        if not self.persistent_grads:
+            self.optimizer.zero_grad(set_to_none=True)
 
     @property
     def world(self) -> int:
@@ -171,7 +207,7 @@ def ppo_update(learner: Learner, samples: list[Sample], cfg: TrainConfig) -> Upd
         for mini, batches in zip(minis, packs):
             tok_total = learner.global_sum(sum(len(rows[i][1]) for i in mini))
             seq_total = learner.global_sum(len(mini))
-            learner.optimizer.zero_grad(set_to_none=True)
+            learner.zero_grad()
             bad = False
             loss_sums = dict.fromkeys(LOSS_KEYS, 0.0)
             for b_i, mb in enumerate(batches):
@@ -210,7 +246,7 @@ def ppo_update(learner: Learner, samples: list[Sample], cfg: TrainConfig) -> Upd
             gn = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf"))
             bad = learner.global_sum(float(bad or not torch.isfinite(gn))) > 0  # one decision for all ranks
             if bad:
-                learner.optimizer.zero_grad(set_to_none=True)
+                learner.zero_grad()
                 res.nonfinite_skips += 1
             else:
                 learner.optimizer.step()
