@@ -297,3 +297,13 @@ def test_tiny_end_to_end(doc, tmp_path):
     assert r2.returncode == 0 and "finished, skipped" in r2.stdout and " exit " not in r2.stdout
     assert SUM.main(["--out", str(out), "--dest", str(tmp_path / "dest"), "--study", str(tmp_path / "study.yaml"), "--no-report"]) == 0
     assert "| 4 ta-grpo | 1 |" in (tmp_path / "dest" / "summary.md").read_text()
+
+
+def test_pilot_candidate_steps_override_the_pilot_default():
+    doc = S.load_study()
+    study_steps = doc["train"]["steps"]
+    base = {"name": "x", "set": {"lr": 1e-5}}
+    assert S.pilot_study(doc, base)["train"]["steps"] == doc["pilot"]["steps"]
+    longer = S.pilot_study(doc, {**base, "steps": 96})
+    assert longer["train"]["steps"] == 96 and longer["train"]["lr"] == 1e-5
+    assert doc["train"]["steps"] == study_steps  # the study itself is not changed

@@ -107,11 +107,12 @@ def arms(doc: dict) -> list[Arm]:
 
 
 def pilot_study(doc: dict, candidate: dict) -> dict:
-    """The study as a pilot candidate runs it: its difficulty mix, the pilot's steps, its `set`."""
+    """The study as a pilot candidate runs it: its difficulty mix, its steps (default: the
+    pilot's), its `set`."""
     out = copy.deepcopy(doc)
     out["study"]["difficulty_mix"] = candidate.get("difficulty_mix", doc["study"]["difficulty_mix"])
     out["train"].update(candidate.get("set") or {})
-    out["train"]["steps"] = doc["pilot"]["steps"]
+    out["train"]["steps"] = int(candidate.get("steps", doc["pilot"]["steps"]))
     return out
 
 

@@ -215,7 +215,7 @@ def main() -> None:
     ap.add_argument("--tagrpo-set", action="append", default=[],
                     help="extra key=value for the tagrpo configs of this run (e.g. micro_batch_tokens=1024), repeatable")
     ap.add_argument("--dtype", choices=("auto", "bf16", "fp32"), default="auto",
-                    help="compute dtype of every config (auto: bf16 where oneDNN has bf16 kernels, else fp32)")
+                    help="compute dtype of every config (auto: bf16 where the CPU has bf16 units, as tagrpo's autocast auto, else fp32)")
     ap.add_argument("--child", nargs=3, metavar=("NAME", "STEPS", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
