@@ -235,14 +235,15 @@ def test_cpu_bf16_units_are_read_from_cpuinfo_flags():
 
 
 def test_persistent_cpu_gradients_are_one_buffer_and_match_freed_ones(tmp_path, monkeypatch):
-    """On a CPU (keep_freed_memory) the gradients live in one buffer for the run, zeroed in place
+    """On a CPU with gradient_checkpointing (and keep_freed_memory) the gradients live in one buffer for the run, zeroed in place
     between updates (no heap fragmentation from reallocating them); the update they produce is the
     one of gradients freed and reallocated every step (keep_freed_memory false), which are
     released before each rollout."""
-    common = ("skip_zero_adv=false", "questions_per_step=2", "steps=2")
+    common = ("skip_zero_adv=false", "questions_per_step=2", "steps=2", "gradient_checkpointing=true")
     a = _trainer(tmp_path / "a", *common)
     b = _trainer(tmp_path / "b", *common, "keep_freed_memory=false")
     assert a.learner.persistent_grads and not b.learner.persistent_grads
+    assert not _trainer(tmp_path / "c", "steps=2").learner.persistent_grads  # only with checkpointing (lean memory)
     seen = []
     real = b.engine.generate
 
