@@ -307,3 +307,32 @@ def test_pilot_candidate_steps_override_the_pilot_default():
     longer = S.pilot_study(doc, {**base, "steps": 96})
     assert longer["train"]["steps"] == 96 and longer["train"]["lr"] == 1e-5
     assert doc["train"]["steps"] == study_steps  # the study itself is not changed
+
+
+def test_archived_results_are_restored_into_a_fresh_out_without_running(doc, tmp_path, monkeypatch):
+    """Session A finishes runs with --archive; session B (new machine: a fresh OUT, the archive
+    committed) restores them and starts no job; an archived run with other settings is refused."""
+    arch = tmp_path / "archive"
+    a = S.Layout((tmp_path / "a").resolve())
+    jobs = S.jobs(doc, [1, 2], [0])
+    for job in jobs:
+        _fake_run(doc, a, job, steps=doc["train"]["steps"], final=True)
+        a.eval_out(job.name).parent.mkdir(parents=True, exist_ok=True)
+        a.eval_out(job.name).write_text(json.dumps({"job": job.name}))
+    a.eval_out("base").write_text(json.dumps({"job": "base"}))
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: pytest.fail(f"a job was started: {a}"))
+    assert RUN.main(["--out", str(a.out), "--arms", "1,2", "--seeds", "0", "--archive", str(arch)]) == 0
+    assert sorted(p.name for p in (arch / "runs").iterdir()) == sorted(j.name for j in jobs)
+    assert not (arch / "runs" / jobs[0].name / "final").exists()  # no weights in the archive
+    b = S.Layout((tmp_path / "b").resolve())
+    assert RUN.main(["--out", str(b.out), "--arms", "1,2", "--seeds", "0", "--archive", str(arch)]) == 0
+    for job in jobs:
+        assert RUN.metrics_steps(b.run_dir(job)) == doc["train"]["steps"]
+        assert json.loads(b.eval_out(job.name).read_text()) == {"job": job.name}
+    assert json.loads(b.eval_out("base").read_text()) == {"job": "base"}
+    assert "restored from" in (b.out / "logs" / "driver.log").read_text()
+    bad = {**S.run_settings(doc, jobs[0], a), "lr": 1.0}
+    (arch / "runs" / jobs[0].name / "config.yaml").write_text(yaml.safe_dump(bad))
+    c = tmp_path / "c"
+    with pytest.raises(S.StudyError, match="lr: run has 1.0"):
+        RUN.main(["--out", str(c), "--arms", "1", "--seeds", "0", "--archive", str(arch)])

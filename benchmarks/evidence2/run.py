@@ -11,6 +11,13 @@ OUT/logs/, the driver to OUT/logs/driver.log; wall time of each job segment goes
     python benchmarks/evidence2/run.py --out runs/evidence2                # the study (hours)
     python benchmarks/evidence2/run.py --out runs/evidence2 --arms 1,4 --seeds 0 --dry-run
     python benchmarks/evidence2/summarize.py --out runs/evidence2
+
+Across sessions (a session's OUT does not outlive it): `--archive DIR` copies each finished
+run's metrics.jsonl and config.yaml, and each evaluation's JSON, to DIR (small: commit them). A
+later run with the same --archive and a fresh OUT restores an archived run (every step's metrics,
+the same settings, and its evaluation when evaluating) into OUT instead of training it again:
+
+    python benchmarks/evidence2/run.py --out runs/evidence2 --archive benchmarks/evidence2/results/study
 """
 
 from __future__ import annotations
@@ -153,11 +160,53 @@ def _quote(s: str) -> str:
     return shlex.quote(s)
 
 
-def train_job(doc: dict, job: S.Job, layout: S.Layout, run) -> bool:
-    """Train (or resume, or skip) one run; True when it is finished."""
+ARCHIVED = ("metrics.jsonl", "config.yaml")  # what --archive keeps of a run (no weights)
+
+
+def archive_result(layout: S.Layout, archive: Path, name: str, run_dir: Path | None) -> None:
+    """Copy a finished job's small results to `archive`: the run's ARCHIVED files (when run_dir)
+    and its evaluation JSON (when there is one)."""
+    if run_dir is not None:
+        dst = archive / "runs" / name
+        dst.mkdir(parents=True, exist_ok=True)
+        for f in ARCHIVED:
+            shutil.copy2(run_dir / f, dst / f)
+    ev = layout.eval_out(name)
+    if ev.exists():
+        (archive / "eval").mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ev, archive / "eval" / ev.name)
+
+
+def restore_result(doc: dict, job: S.Job, layout: S.Layout, archive: Path, evaluate: bool) -> bool:
+    """Copy an archived run (and its evaluation) into OUT when it is complete: every step's
+    metrics, and the evaluation JSON if the study evaluates. Its settings must be the study's
+    (else StudyError, as for a run in OUT). Returns whether it was restored."""
+    import yaml
+
+    src, ev = archive / "runs" / job.name, archive / "eval" / f"{job.name}.json"
+    if not (src / "config.yaml").is_file() or metrics_steps(src) < int(doc["train"]["steps"]) or (evaluate and not ev.is_file()):
+        return False
+    bad = S.config_mismatch(S.run_settings(doc, job, layout), yaml.safe_load((src / "config.yaml").read_text()))
+    if bad:
+        raise S.StudyError(f"{src} was made with other settings ({'; '.join(bad)}); move it away or restore study.yaml")
+    dst = layout.run_dir(job)
+    dst.mkdir(parents=True, exist_ok=True)
+    for f in ARCHIVED:
+        shutil.copy2(src / f, dst / f)
+    if ev.is_file():
+        layout.eval_out(job.name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ev, layout.eval_out(job.name))
+    return True
+
+
+def train_job(doc: dict, job: S.Job, layout: S.Layout, run, archive: Path | None = None, evaluate: bool = True) -> bool:
+    """Train (or resume, or skip, or restore from `archive`) one run; True when it is finished."""
     import yaml
 
     rdir, steps = layout.run_dir(job), int(doc["train"]["steps"])
+    if archive is not None and run_state(rdir, steps) != "done" and not run.dry and restore_result(doc, job, layout, archive, evaluate):
+        run.say(f"train/{job.name}: restored from {archive} (metrics{' and evaluation' if evaluate else ''}; no weights)")
+        return True
     if (rdir / "config.yaml").is_file():
         bad = S.config_mismatch(S.run_settings(doc, job, layout), yaml.safe_load((rdir / "config.yaml").read_text()))
         if bad:
@@ -190,20 +239,31 @@ def eval_job(doc: dict, name: str, model: str, data: list[Path], layout: S.Layou
     return run.dry or (rc == 0 and out.exists())
 
 
-def run_study(doc: dict, layout: S.Layout, run, arm_ids, seeds, *, evaluate: bool, keep_checkpoints: bool) -> bool:
+def run_study(doc: dict, layout: S.Layout, run, arm_ids, seeds, *, evaluate: bool, keep_checkpoints: bool,
+              archive: Path | None = None) -> bool:
     for w in prepare(doc, layout, eval_sets=evaluate, dry=run.dry):
         run.say(f"WARNING: {w}")
     data = [layout.eval_data(k) for k in S.EVAL_SETS]
-    if evaluate and not eval_job(doc, "base", doc["train"]["model"], data, layout, run):
-        return False
+    keep = archive is not None and not run.dry
+    if evaluate:
+        base_arch = archive / "eval" / "base.json" if archive is not None else None
+        if keep and base_arch.is_file() and not layout.eval_out("base").exists():
+            layout.eval_out("base").parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(base_arch, layout.eval_out("base"))
+        if not eval_job(doc, "base", doc["train"]["model"], data, layout, run):
+            return False
+        if keep:
+            archive_result(layout, archive, "base", None)
     for job in S.jobs(doc, arm_ids, seeds):
-        if run.stop or not train_job(doc, job, layout, run):
+        if run.stop or not train_job(doc, job, layout, run, archive, evaluate):
             return False
         if evaluate:
             if not eval_job(doc, job.name, str(layout.run_dir(job) / "final"), data, layout, run):
                 return False
             if not keep_checkpoints and not run.dry:
                 shutil.rmtree(layout.run_dir(job) / "checkpoints", ignore_errors=True)  # final/ stays
+        if keep:
+            archive_result(layout, archive, job.name, layout.run_dir(job))
     return True
 
 
@@ -241,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-eval", action="store_true", help="train only (no held-out sets, no pass@k)")
     ap.add_argument("--keep-checkpoints", action="store_true", help="keep checkpoints/ of finished runs (default: removed)")
     ap.add_argument("--dry-run", action="store_true", help="print what would run (state and commands); run and write nothing")
+    ap.add_argument("--archive", type=Path, default=None,
+                    help="copy finished runs' metrics/config and eval JSON here, and restore them from here (commit it)")
     args = ap.parse_args(argv)
     doc = S.load_study(args.study)
     arm_ids = [int(x) for x in args.arms.split(",") if x.strip()] or None
@@ -255,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
             names = [x for x in args.candidates.split(",") if x.strip()]
             ok = run_pilot(doc, layout, run, names, arm_ids, args.keep_checkpoints)
         else:
-            ok = run_study(doc, layout, run, arm_ids, seeds, evaluate=not args.no_eval, keep_checkpoints=args.keep_checkpoints)
+            ok = run_study(doc, layout, run, arm_ids, seeds, evaluate=not args.no_eval, keep_checkpoints=args.keep_checkpoints,
+                           archive=args.archive.resolve() if args.archive else None)
     finally:
         for sig, h in old.items():
             signal.signal(sig, h)
