@@ -190,3 +190,37 @@ def q0_sampling_metrics(
 # --------------------------------------------------------------------------------------------
 # Config
 # --------------------------------------------------------------------------------------------
+
+
+def check_dataset(dataset, num_neighbors: int) -> None:
+    """A TAGRPOTrainer train dataset: present, text prompts, and (N > 0) a `neighbors` column whose
+    every row holds at least N rewordings (an IterableDataset without known columns is checked per batch)."""
+    if dataset is None:
+        raise TAGRPOConfigError(
+            "TAGRPOTrainer needs a train_dataset with 'prompt' and 'neighbors' columns."
+        )
+    columns = getattr(dataset, "column_names", None)
+    if columns is None:  # an IterableDataset with unknown features: rows are checked per batch
+        return
+    if "image" in columns or "images" in columns:
+        raise TAGRPOConfigError(
+            f"TAGRPOTrainer: train_dataset has image columns ({[c for c in columns if c in ('image', 'images')]}); "
+            "neighbors are text rewordings, so multimodal prompts are not supported."
+        )
+    if "prompt" not in columns:
+        raise TAGRPOConfigError(
+            f"TAGRPOTrainer: train_dataset has no 'prompt' column; columns: {columns}."
+        )
+    if num_neighbors == 0:
+        return
+    if "neighbors" not in columns:
+        raise TAGRPOConfigError(
+            f"TAGRPOTrainer: train_dataset has no 'neighbors' column (columns: {columns}); with "
+            f"num_neighbors={num_neighbors} every row needs a list of at least {num_neighbors} rewordings "
+            "(`tagrpo neighbors` adds them), or set num_neighbors=0 for plain GRPO."
+        )
+    if hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__"):
+        for idx, (prompt, nbs) in enumerate(
+            zip(dataset["prompt"], dataset["neighbors"], strict=True)
+        ):
+            check_neighbors(nbs, prompt, num_neighbors, f"train_dataset row {idx}")

@@ -77,14 +77,15 @@ from __future__ import annotations
 
 import inspect
 import math
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from trl import GRPOConfig, GRPOTrainer
+from trl import GRPOTrainer
 
+from tagrpo.integrations._trl_config import TAGRPOConfig
 from tagrpo.integrations._trl_family import (  # noqa: F401 - re-exported for tests and users
     TAGRPOConfigError,
+    check_dataset,
     check_neighbors,
     check_trl_version,
     family_reward_metrics,
@@ -93,97 +94,6 @@ from tagrpo.integrations._trl_family import (  # noqa: F401 - re-exported for te
     variant_indices,
     variant_prompt,
 )
-
-
-@dataclass
-class TAGRPOConfig(GRPOConfig):
-    r"""`GRPOConfig` for TA-GRPO. Everything of `GRPOConfig` applies; in addition:
-
-    Parameters:
-        num_neighbors (`int`, defaults to `2`):
-            N, the number of problem-equivalent rewordings used per question. Each dataset row's
-            `neighbors` column must hold at least N strings; the first N are used.
-        samples_per_variant (`int`, defaults to `4`):
-            G, completions sampled per variant (the original and each neighbor).
-        num_generations (`int`, *optional*):
-            Set to (N+1)*G automatically (the family size, which is also TRL's advantage group).
-            Leave it unset; any other value is an error.
-
-    `generation_batch_size` (by default `per_device_train_batch_size * processes *
-    steps_per_generation`) must be a multiple of (N+1)*G, so that whole families are generated
-    and normalized together. `remove_unused_columns` must stay False (the `neighbors` column is
-    needed at generation time).
-    """
-
-    num_generations: int | None = field(
-        default=None,
-        metadata={
-            "help": "Set automatically to (num_neighbors + 1) * samples_per_variant; leave unset "
-            "(any other value is an error)."
-        },
-    )
-    num_neighbors: int = field(
-        default=2,
-        metadata={
-            "help": "N: problem-equivalent rewordings per question (first N of the `neighbors` column)."
-        },
-    )
-    samples_per_variant: int = field(
-        default=4,
-        metadata={
-            "help": "G: completions sampled for the original question and for each neighbor."
-        },
-    )
-
-    def __post_init__(self):
-        check_trl_version()
-        for name in ("num_neighbors", "samples_per_variant"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TAGRPOConfigError(f"TAGRPOConfig.{name} must be an int, got {value!r}")
-        if self.num_neighbors < 0:
-            raise TAGRPOConfigError(
-                f"TAGRPOConfig.num_neighbors must be >= 0 (0 = plain GRPO), got {self.num_neighbors}"
-            )
-        if self.samples_per_variant < 1:
-            raise TAGRPOConfigError(
-                f"TAGRPOConfig.samples_per_variant must be >= 1, got {self.samples_per_variant}"
-            )
-        family = (self.num_neighbors + 1) * self.samples_per_variant
-        if family < 2:
-            raise TAGRPOConfigError(
-                "TAGRPOConfig: (num_neighbors + 1) * samples_per_variant must be >= 2 (an advantage needs at "
-                f"least two completions per family); got ({self.num_neighbors} + 1) * {self.samples_per_variant} = {family}."
-            )
-        if self.num_generations is not None and self.num_generations != family:
-            raise TAGRPOConfigError(
-                f"TAGRPOConfig.num_generations={self.num_generations} conflicts with (num_neighbors + 1) * "
-                f"samples_per_variant = ({self.num_neighbors} + 1) * {self.samples_per_variant} = {family}. "
-                "Leave num_generations unset; it is derived from the other two."
-            )
-        if self.remove_unused_columns:
-            raise TAGRPOConfigError(
-                "TAGRPOConfig.remove_unused_columns=True would drop the dataset's 'neighbors' column before "
-                "generation; set remove_unused_columns=False (the GRPOConfig default)."
-            )
-        self.num_generations = family
-        try:
-            super().__post_init__()
-        except ValueError as err:
-            gbs = self.generation_batch_size
-            if gbs is not None and gbs % family != 0:
-                raise TAGRPOConfigError(
-                    f"TAGRPOConfig: generation_batch_size is {gbs} (per_device_train_batch_size="
-                    f"{self.per_device_train_batch_size} x processes x steps_per_generation="
-                    f"{self.steps_per_generation}), which is not a multiple of the family size "
-                    f"(num_neighbors + 1) * samples_per_variant = ({self.num_neighbors} + 1) * "
-                    f"{self.samples_per_variant} = {family}. A question's (N+1)*G completions must be "
-                    f"generated and normalized together: set generation_batch_size (or "
-                    f"per_device_train_batch_size x steps_per_generation) to a multiple of {family}, "
-                    f"e.g. per_device_train_batch_size={family}."
-                ) from err
-            raise
-
 
 # --------------------------------------------------------------------------------------------
 # Trainer
@@ -226,41 +136,9 @@ class TAGRPOTrainer(GRPOTrainer):
                     "between turns, so the anchoring of log-probs on the original prompt is not defined. "
                     "Use GRPOTrainer for those, or single-turn prompts here."
                 )
-        self._ta_check_dataset(train_dataset, args.num_neighbors)
+        check_dataset(train_dataset, args.num_neighbors)
         self._ta_rows: list[dict] | None = None
         super().__init__(model, reward_funcs, args, train_dataset, eval_dataset, *rest, **kwargs)
-
-    @staticmethod
-    def _ta_check_dataset(dataset, num_neighbors: int) -> None:
-        if dataset is None:
-            raise TAGRPOConfigError(
-                "TAGRPOTrainer needs a train_dataset with 'prompt' and 'neighbors' columns."
-            )
-        columns = getattr(dataset, "column_names", None)
-        if columns is None:  # an IterableDataset with unknown features: rows are checked per batch
-            return
-        if "image" in columns or "images" in columns:
-            raise TAGRPOConfigError(
-                f"TAGRPOTrainer: train_dataset has image columns ({[c for c in columns if c in ('image', 'images')]}); "
-                "neighbors are text rewordings, so multimodal prompts are not supported."
-            )
-        if "prompt" not in columns:
-            raise TAGRPOConfigError(
-                f"TAGRPOTrainer: train_dataset has no 'prompt' column; columns: {columns}."
-            )
-        if num_neighbors == 0:
-            return
-        if "neighbors" not in columns:
-            raise TAGRPOConfigError(
-                f"TAGRPOTrainer: train_dataset has no 'neighbors' column (columns: {columns}); with "
-                f"num_neighbors={num_neighbors} every row needs a list of at least {num_neighbors} rewordings "
-                "(`tagrpo neighbors` adds them), or set num_neighbors=0 for plain GRPO."
-            )
-        if hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__"):
-            for idx, (prompt, nbs) in enumerate(
-                zip(dataset["prompt"], dataset["neighbors"], strict=True)
-            ):
-                check_neighbors(nbs, prompt, num_neighbors, f"train_dataset row {idx}")
 
     # ---- overrides ---------------------------------------------------------------------------
 
