@@ -257,7 +257,7 @@ def test_persistent_cpu_gradients_are_one_buffer_and_match_freed_ones(tmp_path, 
         a.train_step(step), b.train_step(step)
         _assert_same_grads(a, b)
         ptrs.append([p.grad.data_ptr() for p in a.model.parameters()])
-        buf = a.learner._grad_bufs[0]
+        buf = a.learner.grad_buffers[0]
         lo, hi = buf.data_ptr(), buf.data_ptr() + buf.numel() * buf.element_size()
         assert all(lo <= q < hi for q in ptrs[-1])  # every .grad is a view of the buffer
     assert ptrs[0] == ptrs[1]  # the same memory in both updates

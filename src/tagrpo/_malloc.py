@@ -24,21 +24,28 @@ M_MMAP_MAX = -4
 _TRIM_NEVER = 2**31 - 1  # mallopt takes an int: the largest trim threshold it can hold
 
 
+def _libc_function(name: str, argtypes: list, restype):
+    """glibc's function `name` with its ctypes signature, or None where there is none (macOS,
+    Windows, musl without it)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    lib = ctypes.util.find_library("c")
+    if not lib:
+        return None
+    try:
+        fn = getattr(ctypes.CDLL(lib), name)
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes, fn.restype = argtypes, restype
+    return fn
+
+
 def keep_freed_memory() -> bool:
     """Apply the mallopt settings above. Returns True when applied, False where there is no
     glibc (macOS, Windows, musl); calling it twice is harmless."""
-    if not sys.platform.startswith("linux"):
+    mallopt = _libc_function("mallopt", [ctypes.c_int, ctypes.c_int], ctypes.c_int)
+    if mallopt is None:
         return False
-    name = ctypes.util.find_library("c")
-    if not name:
-        return False
-    try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
     return bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, _TRIM_NEVER))
 
 
@@ -49,16 +56,8 @@ def release_free_memory() -> bool:
     tensors (a rollout's KV cache, an update's activations) stays resident; calling this between
     phases (a few times a step) keeps the resident size near what is in use, at the cost of
     faulting those pages in again when they are reused. Returns False where there is no glibc."""
-    if not sys.platform.startswith("linux"):
+    trim = _libc_function("malloc_trim", [ctypes.c_size_t], ctypes.c_int)
+    if trim is None:
         return False
-    name = ctypes.util.find_library("c")
-    if not name:
-        return False
-    try:
-        trim = ctypes.CDLL(name).malloc_trim
-    except (OSError, AttributeError):
-        return False
-    trim.argtypes = [ctypes.c_size_t]
-    trim.restype = ctypes.c_int
     trim(0)
     return True

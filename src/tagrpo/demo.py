@@ -61,7 +61,7 @@ def run_demo(output_dir: Path = Path("runs/demo"), steps: int | None = None, ove
                 "max_new_tokens": cfg.max_new_tokens, "seed": HELDOUT_SEED, "questions": heldout_questions}
     console.print("evaluating the base model on the held-out problems ...")
     before = evaluate(policy, trainer.tokenizer, heldout, **ev)
-    trainer._release_free_memory()  # the evaluation's KV cache is free heap now: off the resident size
+    trainer.release_free_memory()  # the evaluation's KV cache is free heap now: off the resident size
     prog, make = progress_printer(console, cfg.steps)
     with prog:
         task = prog.add_task("", total=cfg.steps)

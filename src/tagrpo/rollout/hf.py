@@ -156,22 +156,18 @@ class HFGenerateEngine:
             sel = torch.tensor(inv, dtype=torch.long, device=dev)  # (b,) distinct prompt of each row
             ids, att, pos = ids_u[sel], att_u[sel], pos_u[sel]  # (b, Lp) each
             logits = out.logits[:, -1][sel]  # (b, V)
-            cache = output_cache(out)
-            if fast is not None:
-                fast.load(cache, att, source_rows=sel)
-            else:
-                select_rows(cache, sel)
             self.prefill_rows_saved += b - len(slot)
         else:
             ids, att, pos = left_pad(batch, self.pad_id, dev, width)  # (b, Lp) each
             out = model(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=True, logits_to_keep=1)
-            logits = out.logits[:, -1]  # (b, V)
-            cache = output_cache(out)
-            if fast is not None:
-                fast.load(cache, att)
+            sel, logits = None, out.logits[:, -1]  # (b, V)
+        cache = output_cache(out)
         del out
         if fast is not None:
+            fast.load(cache, att, source_rows=sel)
             cache = None  # the fast decoder holds its own copy
+        elif sel is not None:
+            select_rows(cache, sel)
         next_pos = pos[:, -1:] + 1  # (b, 1)
         eos = torch.tensor(sorted(self.eos_ids), dtype=torch.long, device=dev)
         rows = list(range(b))  # batch row -> original index, for the rows still decoding

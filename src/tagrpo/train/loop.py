@@ -162,11 +162,11 @@ class Trainer:
         self.sampled_tokens += int(gen_tokens)
         if cfg.diversity_every and (step + 1) % cfg.diversity_every == 0:
             metrics.update(diversity_metrics(samples, cfg.algorithm))
-        self._release_free_memory()
+        self.release_free_memory()
         t1 = time.perf_counter()
         with self._training_attention():
             metrics.update(self.update(rows))  # old / ref / current log-probs -> clipped loss -> AdamW
-        self._release_free_memory()
+        self.release_free_memory()
         t_train, dt = time.perf_counter() - t1, time.perf_counter() - t0
         t_gen = ro.t_generate
         metrics.update({"time/generate": t_gen, "time/reward": ro.t_reward, "time/train": t_train, "time/step": dt,
@@ -181,14 +181,15 @@ class Trainer:
         """gradient_checkpointing on a CPU whose allocator keeps freed memory (keep_freed_memory):
         the user chose memory over speed, and the update touches little memory, so the trainer
         also keeps the gradients in one buffer (no heap fragmentation from reallocating them) and
-        trims the heap between rollout and update. Measured (benchmarks/memory, session 5): the
-        demo 3.1 -> 2.9 GB at the same speed; with one large micro-batch and no checkpointing both
-        cost instead (+0.5 GB, and +30% update time from faulting the trimmed pages back in)."""
+        trims the heap between rollout and update. Measured (benchmarks/memory/RESULTS.md, session
+        5): the demo's 3-step run 3.07 -> 2.80 GB at the same speed; with one large micro-batch and
+        no checkpointing (speed benchmark) both together cost instead: +6% memory and +35% update
+        time (faulting the trimmed pages back in)."""
         return self.cfg.gradient_checkpointing and self.cfg.keep_freed_memory and self.device.type == "cpu"
 
-    def _release_free_memory(self) -> None:
-        """Between the rollout and the update (lean CPU memory, above): free heap pages go back to
-        the system, so the resident size follows what is in use (see tagrpo._malloc)."""
+    def release_free_memory(self) -> None:
+        """Between phases (rollout, update, an evaluation) with lean CPU memory (above): free heap
+        pages go back to the system, so the resident size follows what is in use (tagrpo._malloc)."""
         if self._lean_cpu_memory:
             from tagrpo._malloc import release_free_memory
 

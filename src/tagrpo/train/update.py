@@ -50,6 +50,7 @@ class Learner:
     shared_prefix: bool = True
     chunked: bool = True
     persistent_grads: bool = False  # gradients live in one buffer for the whole run, zeroed in place
+    grad_buffers: list | None = field(default=None, init=False, repr=False)  # with persistent_grads: one per dtype
 
     def zero_grad(self) -> None:
         """Clear the gradients before a mini-batch. With `persistent_grads` the parameters'
@@ -62,7 +63,7 @@ class Learner:
             self.optimizer.zero_grad(set_to_none=True)
             return
         params = [p for g in self.optimizer.param_groups for p in g["params"] if p.requires_grad]
-        bufs = getattr(self, "_grad_bufs", None)
+        bufs = self.grad_buffers
         if bufs is None or any(p.grad is None for p in params):  # first call, or someone set a grad to None
             by_dtype: dict = {}
             for p in params:
@@ -75,7 +76,7 @@ class Learner:
                     p.grad = buf[off : off + p.numel()].view_as(p)
                     off += p.numel()
                 bufs.append(buf)
-            self._grad_bufs = bufs
+            self.grad_buffers = bufs
             return
         for buf in bufs:
             buf.zero_()
