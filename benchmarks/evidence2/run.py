@@ -163,6 +163,16 @@ def _quote(s: str) -> str:
 ARCHIVED = ("metrics.jsonl", "config.yaml")  # what --archive keeps of a run (no weights)
 
 
+def check_run_config(doc: dict, job: S.Job, layout: S.Layout, run_dir: Path) -> None:
+    """StudyError unless run_dir/config.yaml (a run in OUT or in the archive) has the settings the
+    study asks for this job."""
+    import yaml
+
+    bad = S.config_mismatch(S.run_settings(doc, job, layout), yaml.safe_load((run_dir / "config.yaml").read_text()))
+    if bad:
+        raise S.StudyError(f"{run_dir} was made with other settings ({'; '.join(bad)}); move it away or restore study.yaml")
+
+
 def archive_result(layout: S.Layout, archive: Path, name: str, run_dir: Path | None) -> None:
     """Copy a finished job's small results to `archive`: the run's ARCHIVED files (when run_dir)
     and its evaluation JSON (when there is one)."""
@@ -181,14 +191,11 @@ def restore_result(doc: dict, job: S.Job, layout: S.Layout, archive: Path, evalu
     """Copy an archived run (and its evaluation) into OUT when it is complete: every step's
     metrics, and the evaluation JSON if the study evaluates. Its settings must be the study's
     (else StudyError, as for a run in OUT). Returns whether it was restored."""
-    import yaml
 
     src, ev = archive / "runs" / job.name, archive / "eval" / f"{job.name}.json"
     if not (src / "config.yaml").is_file() or metrics_steps(src) < int(doc["train"]["steps"]) or (evaluate and not ev.is_file()):
         return False
-    bad = S.config_mismatch(S.run_settings(doc, job, layout), yaml.safe_load((src / "config.yaml").read_text()))
-    if bad:
-        raise S.StudyError(f"{src} was made with other settings ({'; '.join(bad)}); move it away or restore study.yaml")
+    check_run_config(doc, job, layout, src)
     dst = layout.run_dir(job)
     dst.mkdir(parents=True, exist_ok=True)
     for f in ARCHIVED:
@@ -201,16 +208,13 @@ def restore_result(doc: dict, job: S.Job, layout: S.Layout, archive: Path, evalu
 
 def train_job(doc: dict, job: S.Job, layout: S.Layout, run, archive: Path | None = None, evaluate: bool = True) -> bool:
     """Train (or resume, or skip, or restore from `archive`) one run; True when it is finished."""
-    import yaml
 
     rdir, steps = layout.run_dir(job), int(doc["train"]["steps"])
     if archive is not None and run_state(rdir, steps) != "done" and not run.dry and restore_result(doc, job, layout, archive, evaluate):
         run.say(f"train/{job.name}: restored from {archive} (metrics{' and evaluation' if evaluate else ''}; no weights)")
         return True
     if (rdir / "config.yaml").is_file():
-        bad = S.config_mismatch(S.run_settings(doc, job, layout), yaml.safe_load((rdir / "config.yaml").read_text()))
-        if bad:
-            raise S.StudyError(f"{rdir} was made with other settings ({'; '.join(bad)}); move it away or restore study.yaml")
+        check_run_config(doc, job, layout, rdir)
     state = run_state(rdir, steps)
     if state == "done":
         run.say(f"train/{job.name}: finished, skipped")
