@@ -17,64 +17,27 @@ Robust for a run over thousands of questions against a paid API:
 Every attempt is reported to `log` (the store's `requests` table): outcome, status code,
 Retry-After, backoff delay, duration, and the sha256 of the request body (which the store keeps
 beside the answer, so a test server can tell which requests were repeated).
+
+Here: the request (body, its exact bytes and hash), the transport and the retry loop. The retry
+policy and Retry-After parsing are in `openai_retry.py`, the reading of a reply's JSON into a
+`Reply` in `openai_reply.py`; `RetryPolicy` and `parse_retry_after` are re-exported here.
 """
 
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import hashlib
 import json
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from tagrpo.neighbors.backends import BackendFatal, BackendStats, Job, OnReply, Reply, RequestBudget
+from tagrpo.neighbors.openai_reply import BadReply, reply_from_choice, reply_usage
+from tagrpo.neighbors.openai_retry import RetryPolicy, parse_retry_after
 from tagrpo.neighbors.prompts import LLM_TRANSFORMATIONS, SOLVE, TEMPLATES, clean_response
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Retries after the first attempt, and their delays in seconds.
-
-    Delay of retry r (0-based): min(backoff_max, backoff_base * 2**r), half of it fixed and half
-    uniformly random ("equal jitter"). With a `Retry-After` header the delay is that many
-    seconds (capped at `max_retry_after`) plus up to 10% jitter."""
-
-    max_retries: int = 5
-    backoff_base: float = 1.0
-    backoff_max: float = 30.0
-    max_retry_after: float = 120.0
-
-    def __post_init__(self):
-        if self.max_retries < 0 or self.backoff_base < 0 or self.backoff_max < 0:
-            raise ValueError("--max-retries, --backoff-base and --backoff-max must be >= 0")
-
-    def delay(self, retry_index: int, retry_after: float | None, rng: random.Random) -> float:
-        if retry_after is not None:
-            wait = min(max(0.0, retry_after), self.max_retry_after)
-            return wait * (1.0 + 0.1 * rng.random())
-        exp = min(self.backoff_max, self.backoff_base * (2.0**retry_index))
-        return exp / 2 + rng.uniform(0, exp / 2)
-
-
-def parse_retry_after(value: str | None) -> float | None:
-    """Seconds to wait from a Retry-After header: delta-seconds or an HTTP date."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
 
 
 def request_hash(content: bytes) -> str:
@@ -84,10 +47,6 @@ def request_hash(content: bytes) -> str:
 def encode_body(body: dict) -> bytes:
     """The exact bytes sent (sorted keys, compact), so the body hash is reproducible."""
     return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-
-
-class _BadReply(ValueError):
-    pass
 
 
 class OpenAIBackend:
@@ -175,35 +134,12 @@ class OpenAIBackend:
             })
 
     def _parse(self, data, rh: str) -> Reply:
-        if not isinstance(data, dict) or not isinstance(data.get("choices"), list):
-            raise _BadReply("no 'choices' list in the reply")
-        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
-        pt, ct = usage.get("prompt_tokens"), usage.get("completion_tokens")
-        if isinstance(pt, int) or isinstance(ct, int):
+        pt, ct = reply_usage(data)  # counted even when the choice below is unreadable
+        if pt is not None or ct is not None:
             self.stats.tokens_reported = True
-            self.stats.prompt_tokens += pt if isinstance(pt, int) else 0
-            self.stats.completion_tokens += ct if isinstance(ct, int) else 0
-        reply = Reply(request_hash=rh, prompt_tokens=pt if isinstance(pt, int) else None,
-                      completion_tokens=ct if isinstance(ct, int) else None)
-        if not data["choices"]:
-            reply.text, reply.raw = "", ""
-            return reply
-        choice = data["choices"][0]
-        if not isinstance(choice, dict):
-            raise _BadReply("a choice is not an object")
-        message = choice.get("message") or {}
-        content = message.get("content") if isinstance(message, dict) else None
-        if isinstance(content, list):  # content parts
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-        refusal = message.get("refusal") if isinstance(message, dict) else None
-        if refusal or choice.get("finish_reason") == "content_filter":
-            reply.refusal = True
-            reply.raw = str(refusal or content or "")
-            reply.text = reply.raw
-            return reply
-        reply.raw = content if isinstance(content, str) else ""
-        reply.text = reply.raw
-        return reply
+            self.stats.prompt_tokens += pt or 0
+            self.stats.completion_tokens += ct or 0
+        return reply_from_choice(data, rh, pt, ct)
 
     # --- one job --------------------------------------------------------------------------
     async def _one(self, client, job: Job) -> Reply | None:
@@ -249,7 +185,7 @@ class OpenAIBackend:
                 else:
                     try:
                         reply = self._parse(resp.json(), rh)
-                    except (json.JSONDecodeError, UnicodeDecodeError, _BadReply) as e:
+                    except (json.JSONDecodeError, UnicodeDecodeError, BadReply) as e:
                         outcome, retryable = "malformed_json", True
                         last_error = f"unreadable reply: {type(e).__name__}"
                     else:
