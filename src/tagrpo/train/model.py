@@ -117,6 +117,10 @@ def load_models(cfg: TrainConfig, device: torch.device, ckpt: Path | None = None
             model = get_peft_model(model, LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                                                      target_modules=targets, task_type="CAUSAL_LM"))
     model.config.use_cache = False
+    if cfg.lean_layers:
+        from tagrpo.train.lean_layers import patch_model
+
+        patch_model(model)
     return model.to(device), tok, ref, attn
 
 
