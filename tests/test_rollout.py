@@ -100,6 +100,26 @@ def test_bf16_rollout_copy_follows_the_weights(tiny):
         torch.testing.assert_close(a.float(), b, atol=1e-2, rtol=1e-2)
 
 
+def test_released_bf16_copy_frees_its_weights_and_comes_back_the_same(tiny):
+    model, tok = tiny
+    model = __import__("copy").deepcopy(model)
+    kept, released = HFGenerateEngine(model, tok, dtype="bf16"), HFGenerateEngine(model, tok, dtype="bf16")
+    prompts = _prompts(tok, ["1 2 3", "4 5"], repeat=2)
+    g = SamplingParams(temperature=1.0, max_new_tokens=8, seed=3)
+    for step in range(2):
+        if step:
+            with torch.no_grad():  # an update between rollouts
+                for p in model.parameters():
+                    p.add_(0.01 * torch.randn_like(p))
+        a, b = kept.generate(prompts, g), released.generate(prompts, g)
+        assert [c.token_ids for c in a] == [c.token_ids for c in b]
+        for x, y in zip(kept._copy.parameters(), released._copy.parameters()):
+            assert torch.equal(x, y)
+        released.release_copy()  # what the trainer does before its update (lean CPU memory)
+        assert all(p.numel() == 0 for p in released._copy.parameters())
+        assert all(p.numel() > 0 for p in model.parameters())  # the trained model is untouched
+
+
 def test_bad_engine_arguments_name_the_valid_choices(tiny):
     model, tok = tiny
     with pytest.raises(ValueError, match="fp32, bf16"):

@@ -264,3 +264,39 @@ def test_persistent_cpu_gradients_are_one_buffer_and_match_freed_ones(tmp_path, 
     assert seen == [True, True]  # freed gradients are released before each rollout
     for (n, pa), (_, pb) in zip(a.model.named_parameters(), b.model.named_parameters()):
         torch.testing.assert_close(pa, pb, atol=1e-6, rtol=0, msg=n)
+
+
+def test_lean_cpu_memory_releases_the_bf16_rollout_copy_for_the_update(tmp_path, monkeypatch):
+    """With gradient_checkpointing on a CPU (lean memory) and bf16 rollouts, the engine's bf16
+    copy holds no weights while the update runs, and each rollout samples from a fresh cast of
+    the current weights; without lean memory the copy stays."""
+    common = ("skip_zero_adv=false", "questions_per_step=2", "steps=2", "autocast=bf16")
+    lean = _trainer(tmp_path / "a", *common, "gradient_checkpointing=true")
+    kept = _trainer(tmp_path / "b", *common)
+    import tagrpo.train.loop as L
+
+    during_update = []
+    real = L.ppo_update
+
+    def spy(learner, rows, cfg):
+        during_update.append([p.numel() for p in lean.engine._copy.parameters()])
+        return real(learner, rows, cfg)
+
+    monkeypatch.setattr(L, "ppo_update", spy)
+    copies = []
+    real_gen = lean.engine.generate
+
+    def gen_spy(*args, **kw):
+        out = real_gen(*args, **kw)
+        copies.append([(a.float() - b.detach().to(torch.bfloat16).float()).abs().max().item()
+                       for a, b in zip(lean.engine._copy.parameters(), lean.model.parameters())])
+        return out
+
+    monkeypatch.setattr(lean.engine, "generate", gen_spy)
+    for step in range(2):
+        lean.train_step(step)
+    assert len(during_update) == 2 and all(n == 0 for ns in during_update for n in ns)
+    assert len(copies) >= 2 and all(d == 0.0 for ds in copies for d in ds)  # the cast of the weights it sampled from
+    monkeypatch.setattr(L, "ppo_update", real)
+    kept.train_step(0)
+    assert all(p.numel() > 0 for p in kept.engine._copy.parameters())

@@ -82,6 +82,7 @@ class HFGenerateEngine:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.prefill_rows_saved = 0  # prompt rows not prefilled thanks to share_prompts
         self._copy = None
+        self._copy_released = False
 
     @property
     def device(self) -> torch.device:
@@ -99,9 +100,22 @@ class HFGenerateEngine:
                 p.data = p.data.to(torch.bfloat16)
         with torch.no_grad():
             for dst, src in zip(self._copy.parameters(), self.model.parameters()):
-                dst.copy_(src)
+                if self._copy_released:  # release_copy: allocate them again
+                    dst.data = src.detach().to(torch.bfloat16)
+                else:
+                    dst.copy_(src)
+        self._copy_released = False
         self._copy.eval()
         return self._copy
+
+    def release_copy(self) -> None:
+        """Free the bf16 copy's weights until the next generate (which casts them again): the
+        trainer's update then runs without them (lean CPU memory). The module stays, so no deep
+        copy is made again."""
+        if self._copy is not None:
+            for p in self._copy.parameters():
+                p.data = torch.empty(0, dtype=torch.bfloat16)
+            self._copy_released = True
 
     def _autocast(self):
         """bf16 autocast on accelerators when asked for and the weights are not bf16 already."""

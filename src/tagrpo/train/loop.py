@@ -193,6 +193,7 @@ class Trainer:
         if self._lean_cpu_memory:
             from tagrpo._malloc import release_free_memory
 
+            self.engine.release_copy()  # the bf16 rollout copy is cast again at the next rollout
             release_free_memory()
 
     def update(self, rows: list[B.Sample]) -> dict:
