@@ -14,6 +14,7 @@ Measures, in one process on a quiet machine:
 - the same at 32 rows (the demo's step: 2 questions x 4 variants x 4 samples).
 
     .venv/bin/python benchmarks/rollout/bench.py --reps 4 --out benchmarks/rollout/results.json
+    .venv/bin/python benchmarks/rollout/bench.py --reps 4 --dtype bf16 --out ...   # CPUs with bf16 units
 """
 
 from __future__ import annotations
@@ -44,14 +45,14 @@ def _timed(fn) -> float:
     return time.perf_counter() - t
 
 
-def step_gemm(model, rows: int, reps: int = 5) -> dict:
+def step_gemm(model, rows: int, reps: int = 5, dtype: torch.dtype = torch.float32) -> dict:
     """Seconds of one decode step's products at `rows` rows, with fresh copies of the weight
-    shapes cycled (so weights stream from memory as in a real step)."""
+    shapes cycled (so weights stream from memory as in a real step), in `dtype`."""
     shapes = [tuple(m.weight.shape) for m in model.modules() if isinstance(m, torch.nn.Linear)]
     flops = sum(2 * rows * o * i for o, i in shapes)
-    nbytes = sum(4 * o * i for o, i in shapes)
-    weights = [torch.randn(s) for s in shapes]
-    x = {i: torch.randn(rows, i) for _, i in shapes}
+    nbytes = sum(torch.finfo(dtype).bits // 8 * o * i for o, i in shapes)
+    weights = [torch.randn(s, dtype=dtype) for s in shapes]
+    x = {i: torch.randn(rows, i, dtype=dtype) for _, i in shapes}
     out = {}
     for name, fn in (("x@W^T", lambda w: torch.nn.functional.linear(x[w.shape[1]], w)),
                      ("W@x^T", lambda w: torch.mm(w, x[w.shape[1]].t()))):
@@ -76,11 +77,11 @@ def workload(tok, questions: int, samples: int) -> list[list[int]]:
     return prompts
 
 
-def run_engine(model, tok, prompts, reps: int, max_new: int) -> dict:
+def run_engine(model, tok, prompts, reps: int, max_new: int, dtype: str = "fp32") -> dict:
     from tagrpo.rollout import HFGenerateEngine, SamplingParams
 
     params = SamplingParams(max_new_tokens=max_new, temperature=0.6, top_p=1.0, do_sample=True)
-    engine = HFGenerateEngine(model, tok, max_batch_size=64)
+    engine = HFGenerateEngine(model, tok, max_batch_size=64, dtype=dtype)  # bf16: the trainer's bf16 rollout copy
     res: dict[str, list] = {"before": [], "after": []}
     tokens: dict[str, list] = {}
     engine.generate(prompts[:2], params, seeds=[0, 1])  # warm-up (allocator, first-call costs)
@@ -106,6 +107,9 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=4)
     ap.add_argument("--max-new", type=int, default=64)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32",
+                    help="the engine's dtype (bf16: the bf16 rollout copy the trainer uses where the CPU has bf16 units); "
+                         "the bound's weight bytes and GEMM rate are measured in the same dtype")
     args = ap.parse_args()
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -116,14 +120,14 @@ def main() -> None:
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     result = {"machine": _cpu_name(), "threads": torch.get_num_threads(), "torch": torch.__version__,
-              "commit": _commit(), "python": platform.python_version(), "dtype": "fp32"}
+              "commit": _commit(), "python": platform.python_version(), "dtype": args.dtype}
     result["bandwidth_gbs"] = bandwidth_gbs()
     for rows, (questions, samples) in ((16, (4, 4)), (32, (8, 4))):
-        gemm = step_gemm(model, rows)
+        gemm = step_gemm(model, rows, dtype=torch.bfloat16 if args.dtype == "bf16" else torch.float32)
         t_mem = gemm["weight_bytes"] / (result["bandwidth_gbs"] * 1e9)
         t_gemm = gemm["flops"] / (gemm["gflops"] * 1e9)
         bound = rows / max(t_mem, t_gemm)
-        eng = run_engine(model, tok, workload(tok, questions, samples), args.reps, args.max_new)
+        eng = run_engine(model, tok, workload(tok, questions, samples), args.reps, args.max_new, args.dtype)
         result[f"rows{rows}"] = {"gemm": gemm, "bound_tok_s": bound, "bound_by": "gemm" if t_gemm > t_mem else "memory",
                                  "engine": eng}
         print(f"{rows} rows: bound {bound:.0f} tok/s ({'GEMM' if t_gemm > t_mem else 'memory'}: step GEMMs "
