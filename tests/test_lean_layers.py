@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from tagrpo.models.tiny import make_tiny_model, make_tiny_tokenizer
-from tagrpo.train.lean_layers import RMSNormFn, SwiGLUMLP, patch_model, unpatch_model
+from tagrpo.train.lean_layers import RMSNormFn, SwiGLUMLP, patch_model, saved_tensor_bytes, unpatch_model
 
 
 def _model(kind: str, seed: int = 0):
@@ -79,18 +79,7 @@ def test_functions_pass_gradcheck_in_float64():
 
 
 def _saved_bytes(model, ids) -> int:
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    seen: dict[int, int] = {}
-
-    def pack(t):
-        ptr = t.untyped_storage().data_ptr()
-        if ptr not in params:
-            seen[ptr] = t.untyped_storage().nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        model.model(input_ids=ids)
-    return sum(seen.values())
+    return saved_tensor_bytes(lambda: model.model(input_ids=ids), exclude=model.parameters())
 
 
 def test_saved_activations_shrink_by_what_backward_no_longer_keeps():

@@ -390,3 +390,66 @@ def test_bf16_rollout_copy_runs_the_fast_path(models, tok, kind):
     assert all(p.dtype == torch.float32 for p in model.parameters())
     slow = _tokens(model, tok, prompts, greedy, False, dtype="bf16")
     assert fast == slow
+
+
+# ------------------------------------------------------------------ bf16 weights packed for oneDNN
+def _bf16(model):
+    m = copy.deepcopy(model)
+    for p in m.parameters():
+        p.data = p.data.to(torch.bfloat16)
+    return m.eval()
+
+
+def test_packing_applies_only_to_bf16_weights_on_a_cpu(models):
+    assert not decode.can_pack(models["llama"])  # fp32: plain products, nothing packed
+    assert decode.pack_linears(models["llama"]) == {}
+
+
+needs_onednn_bf16 = pytest.mark.skipif(not decode.can_pack(torch.nn.Linear(2, 2).to(torch.bfloat16)),
+                                       reason="this CPU's oneDNN has no bf16 kernels (no bf16 units)")
+
+
+@needs_onednn_bf16
+@pytest.mark.parametrize("kind", ["llama", "qwen2"])  # qwen2: q/k/v biases
+def test_packed_products_equal_plain_bf16_products_bit_for_bit(models, kind):
+    import torch.nn.functional as F
+
+    model = _bf16(models[kind])
+    packed = decode.pack_linears(model, rows=16)
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert set(packed) == {id(m) for m in linears}  # every projection and the lm_head
+    fd = FastDecoder(model, packed=packed)
+    g = torch.Generator().manual_seed(0)
+    for rows in (1, 3, 8, 16, 33):
+        for m in linears:
+            x = torch.randn(rows, m.in_features, generator=g).to(torch.bfloat16)
+            assert torch.equal(fd._linear(x, m), F.linear(x, m.weight, m.bias))
+
+
+@needs_onednn_bf16
+def test_engine_packs_for_a_bf16_call_uses_the_packed_weights_and_frees_them(models, tok, monkeypatch):
+    model = copy.deepcopy(models["llama"])
+    prompts = _random_prompts(6, model.config.vocab_size, seed=5)
+    params = SamplingParams(temperature=1.0, max_new_tokens=12)
+    seeds = list(range(len(prompts)))
+    used = []
+    ns = torch.ops.mkldnn
+    real = ns._linear_pointwise
+
+    class Spy:  # torch.ops entries cannot be patched one by one; count calls through a stand-in namespace
+        def __getattr__(self, name):
+            return getattr(ns, name)
+
+        def _linear_pointwise(self, *a):
+            used.append(1)
+            return real(*a)
+
+    monkeypatch.setattr(decode.torch.ops, "mkldnn", Spy(), raising=False)
+    packed_eng = HFGenerateEngine(model, tok, dtype="bf16")
+    plain_eng = HFGenerateEngine(model, tok, dtype="bf16", prepack=False)
+    a = packed_eng.generate(prompts, params, seeds=seeds)
+    n_packed = len(used)
+    b = plain_eng.generate(prompts, params, seeds=seeds)
+    assert n_packed > 0 and len(used) == n_packed  # only the packing engine ran packed products
+    assert packed_eng._packed == {}  # freed at the end of the call
+    assert len(a) == len(b) and all(0 < len(c.token_ids) <= 12 for c in a)

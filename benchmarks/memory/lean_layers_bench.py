@@ -4,7 +4,7 @@ micro-batch of the speed benchmark's size, time and the bytes autograd saves for
 Per dtype (fp32, and bf16 autocast where the CPU has bf16 units, as `autocast: auto` chooses),
 the two settings alternate rep by rep on the same inputs (the same process, the same weights), so
 the ratio is not a comparison across machine states. Saved bytes are counted with
-`torch.autograd.graph.saved_tensors_hooks` (distinct storages, parameters left out): the
+`tagrpo.train.lean_layers.saved_tensor_bytes` (distinct storages, parameters left out): the
 activation memory one micro-batch holds at the end of its forward.
 
     .venv/bin/python benchmarks/memory/lean_layers_bench.py --reps 5 --out benchmarks/memory/results/lean_layers.json
@@ -20,29 +20,12 @@ import time
 from pathlib import Path
 
 
-def saved_bytes(model, ids) -> int:
-    import torch
-
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    seen: dict[int, int] = {}
-
-    def pack(t):
-        ptr = t.untyped_storage().data_ptr()
-        if ptr not in params:
-            seen[ptr] = t.untyped_storage().nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        model.model(input_ids=ids)
-    return sum(seen.values())
-
-
 def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
     from tagrpo.models.loader import embedded_model_dir
-    from tagrpo.train.lean_layers import patch_model, unpatch_model
+    from tagrpo.train.lean_layers import patch_model, saved_tensor_bytes, unpatch_model
     from tagrpo.train.model import bf16_is_fast
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -74,7 +57,7 @@ def main() -> None:
         for on in ("off", "on"):
             (patch_model if on == "on" else unpatch_model)(model)
             with torch.autocast(**ac):
-                mem[on] = saved_bytes(model, ids)
+                mem[on] = saved_tensor_bytes(lambda: model.model(input_ids=ids), exclude=model.parameters())
             step()  # warm-up
         for _ in range(a.reps):
             for on in ("off", "on"):

@@ -82,13 +82,15 @@ def run_engine(model, tok, prompts, reps: int, max_new: int, dtype: str = "fp32"
 
     params = SamplingParams(max_new_tokens=max_new, temperature=0.6, top_p=1.0, do_sample=True)
     engine = HFGenerateEngine(model, tok, max_batch_size=64, dtype=dtype)  # bf16: the trainer's bf16 rollout copy
-    res: dict[str, list] = {"before": [], "after": []}
+    # bf16: also the fast decoder without its oneDNN-packed weights (decode.pack_linears)
+    arms = [("before", False, True), ("after", True, True)] + ([("after-unpacked", True, False)] if dtype == "bf16" else [])
+    res: dict[str, list] = {name: [] for name, *_ in arms}
     tokens: dict[str, list] = {}
     engine.generate(prompts[:2], params, seeds=[0, 1])  # warm-up (allocator, first-call costs)
     for rep in range(reps):
         seeds = [1000 * rep + i for i in range(len(prompts))]
-        for name, fast in (("before", False), ("after", True)):
-            engine.fast_decode = fast
+        for name, fast, prepack in arms:
+            engine.fast_decode, engine.prepack = fast, prepack
             t = time.perf_counter()
             out = engine.generate(prompts, params, seeds=seeds)
             dt = time.perf_counter() - t
@@ -98,6 +100,8 @@ def run_engine(model, tok, prompts, reps: int, max_new: int, dtype: str = "fp32"
     same = sum(a == b for a, b in zip(tokens["before"], tokens["after"]))
     summary = {k: {"median_tok_s": statistics.median(r["tok_s"] for r in v), "runs": v} for k, v in res.items()}
     summary["speedup"] = summary["after"]["median_tok_s"] / summary["before"]["median_tok_s"]
+    if "after-unpacked" in summary:
+        summary["packed_over_unpacked"] = summary["after"]["median_tok_s"] / summary["after-unpacked"]["median_tok_s"]
     summary["identical_token_reps"] = f"{same}/{reps}"
     return summary
 
@@ -134,7 +138,9 @@ def main() -> None:
               f"{gemm['gflops']:.0f} GFLOP/s, weights {t_mem * 1e3:.0f} ms at {result['bandwidth_gbs']:.1f} GB/s); "
               f"engine before {eng['before']['median_tok_s']:.0f} tok/s, after {eng['after']['median_tok_s']:.0f} "
               f"tok/s ({eng['speedup']:.2f}x; {eng['after']['median_tok_s'] / bound:.0%} of the bound); "
-              f"identical tokens in {eng['identical_token_reps']} reps", flush=True)
+              f"identical tokens in {eng['identical_token_reps']} reps"
+              + (f"; unpacked bf16 weights {eng['after-unpacked']['median_tok_s']:.0f} tok/s "
+                 f"(packed {eng['packed_over_unpacked']:.2f}x)" if "after-unpacked" in eng else ""), flush=True)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=1))

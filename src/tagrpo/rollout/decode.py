@@ -19,6 +19,15 @@ Covered: Llama (SmolLM2), Mistral without sliding window, Qwen2, Qwen3 (q/k norm
 biases, tied embeddings and any rotary scaling (the model's own rotary module makes cos/sin).
 `unsupported_reason(model)` says why another model keeps transformers' forward: other
 architectures, PEFT/LoRA wrappers, sliding-window layers, soft-capped or scaled logits.
+
+bf16 on CPUs with bf16 units: oneDNN repacks a plain bf16 weight at every product, which at a
+decode step's 16-32 rows costs more than the product (SmolLM2-135M, 16 rows: 32 ms of products a
+step, 22 ms with the weights packed once). `pack_linears(model)` packs every weight the step
+uses into oneDNN's layout (`torch.ops.mkldnn._reorder_linear_weight`, what inductor's CPU
+freezing does; ~0.1 s for the model), and the step runs `_linear_pointwise` on them: the same
+numbers as `F.linear` on the bf16 weights, bit for bit (tested); sampled tokens/s 1.17-1.21x
+the unpacked step's (benchmarks/rollout/RESULTS.md, session 6). The engine packs once per
+`generate` call (the weights change between calls) and frees the packed copy at its end.
 """
 
 from __future__ import annotations
@@ -87,11 +96,12 @@ class FastDecoder:
     """Decode state of one batch: per-layer key/value buffers (b, kv_heads, capacity, head_dim),
     the additive mask (b, 1, 1, capacity) and the number of filled positions."""
 
-    def __init__(self, model, chunk: int = 64):
+    def __init__(self, model, chunk: int = 64, packed: dict | None = None):
         reason = unsupported_reason(model)
         if reason is not None:
             raise ValueError(f"FastDecoder does not cover {reason}; use the model's own forward")
         self.model, self.chunk = model, chunk
+        self.packed = packed or {}  # id(nn.Linear) -> its weight in oneDNN's layout (pack_linears)
         inner = model.model
         self.layers = list(inner.layers)
         cfg = model.config
@@ -170,9 +180,9 @@ class FastDecoder:
         for i, layer in enumerate(self.layers):
             attn = layer.self_attn
             h = _rms(x, layer.input_layernorm)  # (b, h)
-            q = _linear(h, attn.q_proj).reshape(b, 1, self.heads, self.head_dim)  # (b, 1, H, d)
-            k = _linear(h, attn.k_proj).reshape(b, 1, self.kv_heads, self.head_dim)  # (b, 1, KVH, d)
-            v = _linear(h, attn.v_proj).reshape(b, 1, self.kv_heads, self.head_dim)
+            q = self._linear(h, attn.q_proj).reshape(b, 1, self.heads, self.head_dim)  # (b, 1, H, d)
+            k = self._linear(h, attn.k_proj).reshape(b, 1, self.kv_heads, self.head_dim)  # (b, 1, KVH, d)
+            v = self._linear(h, attn.v_proj).reshape(b, 1, self.kv_heads, self.head_dim)
             if hasattr(attn, "q_norm"):  # Qwen3: RMSNorm over the head dimension
                 q, k = _rms(q, attn.q_norm), _rms(k, attn.k_norm)
             q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (b, heads, 1, d)
@@ -186,13 +196,41 @@ class FastDecoder:
             scores = torch.matmul(qg, keys.transpose(2, 3)) * self.scaling + mask  # (b, KVH, g, t+1)
             probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
             out = torch.matmul(probs, values).reshape(b, self.heads * self.head_dim)  # (b, H*d)
-            x = x + _linear(out, attn.o_proj)
+            x = x + self._linear(out, attn.o_proj)
             h = _rms(x, layer.post_attention_layernorm)
             mlp = layer.mlp
-            x = x + _linear(F.silu(_linear(h, mlp.gate_proj)) * _linear(h, mlp.up_proj), mlp.down_proj)
+            x = x + self._linear(F.silu(self._linear(h, mlp.gate_proj)) * self._linear(h, mlp.up_proj), mlp.down_proj)
         self.length = t + 1
-        logits = _linear(_rms(x, inner.norm), self.model.lm_head)  # (b, V)
+        logits = self._linear(_rms(x, inner.norm), self.model.lm_head)  # (b, V)
         return logits.contiguous() if live is None else logits[live]  # (m, V) in the caller's order
+
+
+    def _linear(self, x: torch.Tensor, layer: torch.nn.Linear) -> torch.Tensor:
+        w = self.packed.get(id(layer))
+        if w is None:
+            return _linear(x, layer)
+        return torch.ops.mkldnn._linear_pointwise(x, w, layer.bias, "none", [], "")  # (b, out)
+
+
+def can_pack(model) -> bool:
+    """Whether `pack_linears` applies: bf16 weights on a CPU whose oneDNN has bf16 kernels."""
+    try:
+        p = next(model.parameters())
+        return (p.dtype == torch.bfloat16 and p.device.type == "cpu" and torch.backends.mkldnn.is_available()
+                and torch.ops.mkldnn._is_mkldnn_bf16_supported() and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
+    except (AttributeError, RuntimeError, StopIteration):
+        return False
+
+
+@torch.no_grad()
+def pack_linears(model, rows: int = 16) -> dict:
+    """id(nn.Linear) -> its weight packed for oneDNN (a hint of `rows` rows; any row count runs)
+    for every projection of the decode step and the lm_head; {} where `can_pack` is False."""
+    if not can_pack(model):
+        return {}
+    inner = model.model
+    parts = [_get(layer, name) for layer in inner.layers for name in _LAYER_PARTS if name.endswith("_proj")]
+    return {id(m): torch.ops.mkldnn._reorder_linear_weight(m.weight, rows) for m in [*parts, model.lm_head]}
 
 
 def _with_capacity(kv: torch.Tensor, cap: int) -> torch.Tensor:

@@ -34,7 +34,7 @@ import torch
 
 from tagrpo.rollout.base import Completion, SamplingParams
 from tagrpo.rollout.batching import cache_kwarg, left_pad, model_device, output_cache, select_rows
-from tagrpo.rollout.decode import FastDecoder, unsupported_reason
+from tagrpo.rollout.decode import FastDecoder, pack_linears, unsupported_reason
 
 DTYPES = ("fp32", "bf16")
 __all__ = ["DTYPES", "HFGenerateEngine", "cache_kwarg", "sample_tokens"]
@@ -65,7 +65,7 @@ def sample_tokens(logits, temperature: float, top_p: float, generator=None, u=No
 
 class HFGenerateEngine:
     def __init__(self, model, tokenizer, max_batch_size: int = 64, share_prompts: bool = True, dtype: str = "fp32",
-                 fast_decode: bool | None = None):
+                 fast_decode: bool | None = None, prepack: bool = True):
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
         if max_batch_size < 1:
@@ -76,6 +76,8 @@ class HFGenerateEngine:
         self.share_prompts = share_prompts
         self.dtype = dtype
         self.fast_decode = fast_decode  # None: on a CPU, for the architectures rollout/decode.py covers
+        self.prepack = prepack  # the fast decoder's bf16 weights packed for oneDNN once per call (decode.pack_linears)
+        self._packed: dict = {}
         eos = getattr(model.generation_config, "eos_token_id", None) or tokenizer.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, (list, tuple)) else [eos])
         self.eos_ids.add(tokenizer.eos_token_id)
@@ -140,6 +142,8 @@ class HFGenerateEngine:
         self.model.eval()
         try:
             model = self._rollout_model()
+            if self.prepack and self.fast_decode is not False and unsupported_reason(model) is None:
+                self._packed = pack_linears(model, rows=min(16, len(prompts)))  # {} unless bf16 on a CPU with bf16 units
             for start in range(0, len(order), self.max_batch_size):
                 idx = order[start : start + self.max_batch_size]
                 gens = None
@@ -150,6 +154,7 @@ class HFGenerateEngine:
                 for i, toks in zip(idx, outs):
                     results[i] = self._cut(toks)
         finally:
+            self._packed = {}  # the weights change before the next call
             self.model.train(was_training)
         return results  # type: ignore[return-value]
 
@@ -224,7 +229,7 @@ class HFGenerateEngine:
             return None
         if unsupported_reason(model) is not None:
             return None
-        return FastDecoder(model)
+        return FastDecoder(model, packed=self._packed)
 
     def _cut(self, resp: list[int]) -> Completion:
         for j, t in enumerate(resp):

@@ -149,3 +149,21 @@ def unpatch_model(model) -> None:
     for module in model.modules():
         if getattr(module, "_tagrpo_lean", False):
             del module.forward, module._tagrpo_lean
+
+
+def saved_tensor_bytes(fn, exclude=()) -> int:
+    """Bytes of the distinct storages autograd saves for backward while `fn()` runs (what a
+    micro-batch's activations hold at the end of its forward), leaving out the storages of the
+    tensors in `exclude` (the parameters). For tests and benchmarks/memory/lean_layers_bench.py."""
+    skip = {t.untyped_storage().data_ptr() for t in exclude}
+    seen: dict[int, int] = {}
+
+    def pack(t):
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in skip:
+            seen[ptr] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return sum(seen.values())
