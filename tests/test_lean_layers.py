@@ -11,7 +11,13 @@ import torch
 import torch.nn.functional as F
 
 from tagrpo.models.tiny import make_tiny_model, make_tiny_tokenizer
-from tagrpo.train.lean_layers import RMSNormFn, SwiGLUMLP, patch_model, saved_tensor_bytes, unpatch_model
+from tagrpo.train.lean_layers import (
+    RMSNormFn,
+    SwiGLUMLP,
+    patch_model,
+    saved_tensor_bytes,
+    unpatch_model,
+)
 
 
 def _model(kind: str, seed: int = 0):

@@ -42,9 +42,9 @@ def main() -> None:
     res: dict = {"rows": a.rows, "tokens_per_row": a.tokens, "torch": torch.__version__, "machine": platform.processor() or platform.machine(),
                  "results": {}}
     for dt in dtypes:
-        ac = dict(device_type="cpu", dtype=torch.bfloat16, enabled=dt == "bf16")
+        ac = {"device_type": "cpu", "dtype": torch.bfloat16, "enabled": dt == "bf16"}
 
-        def step():
+        def step(ac=ac):
             model.zero_grad(set_to_none=True)
             t0 = time.perf_counter()
             with torch.autocast(**ac):

@@ -204,8 +204,8 @@ class FastDecoder:
         logits = self._linear(_rms(x, inner.norm), self.model.lm_head)  # (b, V)
         return logits.contiguous() if live is None else logits[live]  # (m, V) in the caller's order
 
-
     def _linear(self, x: torch.Tensor, layer: torch.nn.Linear) -> torch.Tensor:
+        """layer(x): on its oneDNN-packed weight when there is one (pack_linears), else `_linear`."""
         w = self.packed.get(id(layer))
         if w is None:
             return _linear(x, layer)

@@ -11,12 +11,15 @@ returns response ids cut after the first EOS. It calls the model's forward direc
 - `dtype="bf16"` on a CPU samples from a bfloat16 copy of the weights, refreshed from the model
   at each `generate` call (the rollout/training weight split of verl and vLLM set-ups); on a GPU
   it runs the model under bf16 autocast instead (no copy), and not at all when the weights are
-  already bf16. The training forward under `autocast: bf16` runs the same bf16 matmuls;
+  already bf16. The training forward under `autocast: bf16` runs the same bf16 matmuls.
+  `release_copy()` frees the copy's weights until the next call (the trainer's lean CPU memory);
 - on a CPU, Llama-family models (Llama/SmolLM2, Mistral without sliding window, Qwen2, Qwen3)
   decode through `rollout/decode.py` after transformers' prefill: a preallocated KV cache instead
   of transformers' concatenating one, and the step's products in the orientation MKL runs fastest
   with few rows (`fast_decode`: None = that default, True/False to force; the same tokens as
-  transformers' forward in the tests, and in benchmarks/rollout on the real model);
+  transformers' forward in the tests, and in benchmarks/rollout on the real model); with bf16
+  weights on a CPU with bf16 units those products run on weights packed for oneDNN once per
+  call (`prepack`, default True; bit-identical products);
 - every tensor lives on the model's device;
 - `seeds` (one per prompt) gives each row its own random stream, so a row's sample does not
   depend on which other rows share its batch (the trainer seeds per family and sample, making
