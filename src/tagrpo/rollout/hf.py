@@ -145,7 +145,7 @@ class HFGenerateEngine:
         self.model.eval()
         try:
             model = self._rollout_model()
-            if self.prepack and self.fast_decode is not False and unsupported_reason(model) is None:
+            if self.prepack and self._fast_applies(model):
                 self._packed = pack_linears(model, rows=min(16, len(prompts)))  # {} unless bf16 on a CPU with bf16 units
             for start in range(0, len(order), self.max_batch_size):
                 idx = order[start : start + self.max_batch_size]
@@ -225,14 +225,15 @@ class HFGenerateEngine:
             next_pos = next_pos + 1
         return tokens
 
-    def _fast_decoder(self, model) -> FastDecoder | None:
-        """The preallocated-cache decode step (rollout/decode.py) where it applies: `fast_decode`
+    def _fast_applies(self, model) -> bool:
+        """Whether the preallocated-cache decode step (rollout/decode.py) applies: `fast_decode`
         True, or None (auto) on a CPU; only for the architectures it covers."""
         if self.fast_decode is False or (self.fast_decode is None and self.device.type != "cpu"):
-            return None
-        if unsupported_reason(model) is not None:
-            return None
-        return FastDecoder(model, packed=self._packed)
+            return False
+        return unsupported_reason(model) is None
+
+    def _fast_decoder(self, model) -> FastDecoder | None:
+        return FastDecoder(model, packed=self._packed) if self._fast_applies(model) else None
 
     def _cut(self, resp: list[int]) -> Completion:
         for j, t in enumerate(resp):
