@@ -453,3 +453,46 @@ def test_engine_packs_for_a_bf16_call_uses_the_packed_weights_and_frees_them(mod
     assert n_packed > 0 and len(used) == n_packed  # only the packing engine ran packed products
     assert packed_eng._packed == {}  # freed at the end of the call
     assert len(a) == len(b) and all(0 < len(c.token_ids) <= 12 for c in a)
+
+
+@needs_onednn_bf16
+def test_lean_engine_frees_the_copys_packed_weights_for_the_decode_steps_and_samples_the_same(models, tok, monkeypatch):
+    """HFGenerateEngine(lean=True) (the trainer's lean CPU memory): once a call's last batch is
+    prefilled, the bf16 copy's projection weights are freed (the decode steps read their packed
+    form); earlier batches still prefill with them, the embedding stays, the caller's model is
+    never touched, the next call casts them again, and every token equals a non-lean engine's."""
+    model = copy.deepcopy(models["llama"])
+    prompts = [p for p in _random_prompts(5, model.config.vocab_size, seed=6) for _ in range(2)]  # 10 rows
+    params = SamplingParams(temperature=1.0, max_new_tokens=10)
+    seeds = list(range(len(prompts)))
+    lean = HFGenerateEngine(model, tok, dtype="bf16", max_batch_size=4, lean=True)  # 3 batches
+    kept = HFGenerateEngine(model, tok, dtype="bf16", max_batch_size=4)
+    q_sizes = []
+    real_step = FastDecoder.step
+
+    def spy(self, *a, **kw):
+        if self.model is lean._copy:
+            layer = self.model.model.layers[0]
+            q_sizes.append((layer.self_attn.q_proj.weight.numel(), self.model.model.embed_tokens.weight.numel()))
+        return real_step(self, *a, **kw)
+
+    monkeypatch.setattr(FastDecoder, "step", spy)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    for call in range(2):
+        a = lean.generate(prompts, params, seeds=seeds)
+        b = kept.generate(prompts, params, seeds=seeds)
+        assert [c.token_ids for c in a] == [c.token_ids for c in b]
+        assert lean._copy.model.layers[0].mlp.down_proj.weight.numel() == 0  # freed until the next call
+        assert kept._copy.model.layers[0].mlp.down_proj.weight.numel() > 0
+        with torch.no_grad():  # the next call must cast the changed weights again
+            for p in model.parameters():
+                p.add_(0.01)
+    emb = model.model.embed_tokens.weight.numel()
+    sizes = set(q_sizes)
+    assert (0, emb) in sizes  # the last batch decodes on the packed form alone, the embedding kept
+    assert any(q > 0 for q, _ in sizes)  # earlier batches still held (and prefilled with) the weights
+    for n, p in model.named_parameters():  # only the engine's copy was freed
+        torch.testing.assert_close(p, before[n] + 0.02, msg=n)
+    own = _bf16(models["llama"])  # a bf16 model sampled in place (no copy): nothing is freed
+    HFGenerateEngine(own, tok, dtype="fp32", lean=True).generate(prompts[:2], params, seeds=seeds[:2])
+    assert all(p.numel() > 0 for p in own.parameters())

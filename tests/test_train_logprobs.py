@@ -59,6 +59,40 @@ def test_chunked_logprobs_equal_full_logits_in_value_entropy_and_gradient(kind, 
         torch.testing.assert_close(c, a, **tol)
 
 
+@pytest.mark.parametrize("autocast", [False, True])
+def test_chunked_logprobs_into_grad_adds_the_weight_gradient_to_an_existing_grad(autocast):
+    """into_grad=True (the trainer's flat gradient buffer): the weight's gradient is added into
+    the .grad that is already there, in place, without a (V, H) gradient passed to autograd (so
+    no hook on the weight sees it), and equals what autograd adds without it; with no .grad
+    yet it is returned as usual."""
+    torch.manual_seed(1)
+    head = nn.Linear(8, 37, bias=True)
+    hidden = torch.randn(2, 6, 8, requires_grad=True)
+    target = torch.randint(0, 37, (2, 6))
+    g = torch.randn(2, 6)
+    start = torch.randn(37, 8)  # an earlier micro-batch's gradient already in the buffer
+    out = {}
+    for into in (False, True):
+        head.weight.grad = start.clone()
+        head.bias.grad = None
+        buf = head.weight.grad
+        through_autograd = []
+        hook = head.weight.register_hook(lambda grad: through_autograd.extend([] if grad is None else [tuple(grad.shape)]))
+        logp, _ = L.chunked_logprobs(head, hidden, target, temperature=0.7, autocast=autocast, chunk=4, into_grad=into)
+        (logp * g).sum().backward()
+        hook.remove()
+        assert head.weight.grad is buf  # accumulated in place either way (autograd adds into an existing grad)
+        assert through_autograd == ([] if into else [(37, 8)])  # into_grad: no (V, H) gradient handed to autograd
+        out[into] = (head.weight.grad.clone(), head.bias.grad.clone())
+    tol = dict(atol=1e-2, rtol=1e-2) if autocast else dict(atol=1e-6, rtol=1e-5)
+    for a, b in zip(out[False], out[True]):
+        torch.testing.assert_close(b, a, **tol)
+    head.weight.grad = None  # no buffer yet: returned to autograd, which stores it
+    logp, _ = L.chunked_logprobs(head, hidden, target, temperature=0.7, autocast=autocast, chunk=4, into_grad=True)
+    (logp * g).sum().backward()
+    torch.testing.assert_close(head.weight.grad + start, out[False][0], **tol)
+
+
 def test_chunked_logprobs_need_no_full_logits_tensor():
     """The forward keeps nothing of size (N, V) for backward: only hidden, weight, lse."""
     hidden = torch.randn(2, 64, 8, requires_grad=True)

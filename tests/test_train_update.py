@@ -234,36 +234,68 @@ def test_cpu_bf16_units_are_read_from_cpuinfo_flags():
     assert not cpu_has_bf16_units("")
 
 
-def test_persistent_cpu_gradients_are_one_buffer_and_match_freed_ones(tmp_path, monkeypatch):
-    """On a CPU with gradient_checkpointing (and keep_freed_memory) the gradients live in one buffer for the run, zeroed in place
-    between updates (no heap fragmentation from reallocating them); the update they produce is the
-    one of gradients freed and reallocated every step (keep_freed_memory false), which are
-    released before each rollout."""
+def test_lean_cpu_gradients_are_one_mapped_buffer_freed_for_the_rollout_and_match_freed_ones(tmp_path, monkeypatch):
+    """On a CPU with gradient_checkpointing (and keep_freed_memory) an update's gradients are views
+    of one buffer in its own memory map, unmapped before the next rollout (the rollout runs
+    without them, and the heap is not fragmented by them); the update they produce is the one of
+    gradients freed and reallocated on the heap (keep_freed_memory false)."""
     common = ("skip_zero_adv=false", "questions_per_step=2", "steps=2", "gradient_checkpointing=true")
     a = _trainer(tmp_path / "a", *common)
     b = _trainer(tmp_path / "b", *common, "keep_freed_memory=false")
-    assert a.learner.persistent_grads and not b.learner.persistent_grads
-    assert not _trainer(tmp_path / "c", "steps=2").learner.persistent_grads  # only with checkpointing (lean memory)
-    seen = []
-    real = b.engine.generate
+    assert a.learner.flat_grads and not b.learner.flat_grads
+    assert not _trainer(tmp_path / "c", "steps=2").learner.flat_grads  # only with checkpointing (lean memory)
+    seen = {"a": [], "b": []}
+    for name, t in (("a", a), ("b", b)):
+        real = t.engine.generate
 
-    def spy(*args, **kw):
-        seen.append(all(p.grad is None for p in b.model.parameters()))
-        return real(*args, **kw)
+        def spy(*args, _t=t, _real=real, _name=name, **kw):
+            seen[_name].append(all(p.grad is None for p in _t.model.parameters()) and _t.learner.grad_buffers is None)
+            return _real(*args, **kw)
 
-    monkeypatch.setattr(b.engine, "generate", spy)
-    ptrs = []
+        monkeypatch.setattr(t.engine, "generate", spy)
+    import tagrpo._malloc as M
+
+    mapped = []
+    real_mz = M.mapped_zeros
+    monkeypatch.setattr(M, "mapped_zeros", lambda *args: mapped.append(real_mz(*args)) or mapped[-1])
     for step in range(2):
         a.train_step(step), b.train_step(step)
         _assert_same_grads(a, b)
-        ptrs.append([p.grad.data_ptr() for p in a.model.parameters()])
         buf = a.learner.grad_buffers[0]
+        assert buf is mapped[-1]  # the buffer is the memory map
         lo, hi = buf.data_ptr(), buf.data_ptr() + buf.numel() * buf.element_size()
-        assert all(lo <= q < hi for q in ptrs[-1])  # every .grad is a view of the buffer
-    assert ptrs[0] == ptrs[1]  # the same memory in both updates
-    assert seen == [True, True]  # freed gradients are released before each rollout
+        assert all(lo <= p.grad.data_ptr() < hi for p in a.model.parameters())  # every .grad is a view of it
+    assert len(mapped) == 2  # one map per update
+    assert seen == {"a": [True, True], "b": [True, True]}  # gradients are released before each rollout
     for (n, pa), (_, pb) in zip(a.model.named_parameters(), b.model.named_parameters()):
         torch.testing.assert_close(pa, pb, atol=1e-6, rtol=0, msg=n)
+
+
+def test_mapped_zeros_is_zero_writable_and_goes_back_to_the_system_when_freed():
+    """tagrpo._malloc.mapped_zeros: zeros of the asked dtype and length, writable through views,
+    and its memory leaves the resident size when the last view is freed, even with
+    keep_freed_memory's no-trim heap (where a freed heap tensor stays resident)."""
+    import psutil
+
+    from tagrpo._malloc import keep_freed_memory, mapped_zeros
+
+    keep_freed_memory()
+    proc = psutil.Process()
+    assert mapped_zeros(0, torch.float32).shape == (0,)
+    buf = mapped_zeros(3, torch.bfloat16)
+    assert buf.dtype == torch.bfloat16 and buf.tolist() == [0.0, 0.0, 0.0]
+    n = 64 * 2**20 // 4  # 64 MiB of float32
+    buf = mapped_zeros(n, torch.float32)
+    view = buf[n // 2 :].view(2, -1)
+    assert float(buf.abs().sum()) == 0.0
+    buf.fill_(1.0)
+    view.mul_(2.0)
+    assert float(buf[: n // 2].sum()) == n // 2 and float(buf[n // 2 :].sum()) == n
+    held = proc.memory_info().rss
+    del buf
+    assert proc.memory_info().rss > held - 16 * 2**20  # a view still holds the map
+    del view
+    assert proc.memory_info().rss < held - 48 * 2**20  # unmapped
 
 
 def test_lean_cpu_memory_releases_the_bf16_rollout_copy_for_the_update(tmp_path, monkeypatch):
@@ -284,15 +316,15 @@ def test_lean_cpu_memory_releases_the_bf16_rollout_copy_for_the_update(tmp_path,
 
     monkeypatch.setattr(L, "ppo_update", spy)
     copies = []
-    real_gen = lean.engine.generate
+    real_copy = lean.engine._rollout_model
 
-    def gen_spy(*args, **kw):
-        out = real_gen(*args, **kw)
+    def copy_spy(*args, **kw):  # the copy a rollout samples from, as it starts (its packed weights are freed after prefill)
+        out = real_copy(*args, **kw)
         copies.append([(a.float() - b.detach().to(torch.bfloat16).float()).abs().max().item()
                        for a, b in zip(lean.engine._copy.parameters(), lean.model.parameters())])
         return out
 
-    monkeypatch.setattr(lean.engine, "generate", gen_spy)
+    monkeypatch.setattr(lean.engine, "_rollout_model", copy_spy)
     for step in range(2):
         lean.train_step(step)
     assert len(during_update) == 2 and all(n == 0 for ns in during_update for n in ns)

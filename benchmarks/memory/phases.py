@@ -22,6 +22,7 @@ import psutil
 
 PROC = psutil.Process()
 PEAK = [0]
+PEAK_IN_USE = [0]  # glibc's heap in use (mallinfo2), sampled with the RSS
 
 
 class _MallInfo2(ctypes.Structure):
@@ -29,27 +30,34 @@ class _MallInfo2(ctypes.Structure):
                                                "fsmblks", "uordblks", "fordblks", "keepcost")]
 
 
-def _heap() -> str:
+def _mallinfo() -> _MallInfo2:
     libc = ctypes.CDLL("libc.so.6")
     libc.mallinfo2.restype = _MallInfo2
-    m = libc.mallinfo2()
+    return libc.mallinfo2()
+
+
+def _heap() -> str:
+    m = _mallinfo()
     return f"heap {m.arena / 2**20:6.0f}  in use {m.uordblks / 2**20:6.0f}  free {m.fordblks / 2**20:6.0f} MB"
 
 
 def _sample() -> None:
     while True:
         PEAK[0] = max(PEAK[0], PROC.memory_info().rss)
+        m = _mallinfo()
+        PEAK_IN_USE[0] = max(PEAK_IN_USE[0], m.uordblks + m.hblkhd)  # heap in use + mmapped chunks
         time.sleep(0.02)
 
 
 def report(tag: str, start: int) -> None:
     print(f"{tag:28s} start {start / 2**20:6.0f}  peak {PEAK[0] / 2**20:6.0f}  end {PROC.memory_info().rss / 2**20:6.0f} MB  "
-          f"{_heap()}", flush=True)
+          f"{_heap()}  peak in use+mmapped {PEAK_IN_USE[0] / 2**20:6.0f} MB", flush=True)
 
 
 def phase(tag: str, fn):
     def wrapped(*a, **k):
         start = PEAK[0] = PROC.memory_info().rss
+        PEAK_IN_USE[0] = 0
         out = fn(*a, **k)
         time.sleep(0.05)  # let the sampler see the end of the phase
         report(tag, start)
@@ -62,7 +70,18 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--evals", action="store_true", help="the demo's held-out evaluation before and after training")
     ap.add_argument("--set", action="append", default=[], help="extra key=value for configs/demo.yaml (repeatable)")
+    ap.add_argument("--mmap-threshold", type=int, default=0,
+                    help="bytes: allocations at least this large get their own mmap (returned at free) "
+                         "instead of keep_freed_memory's no-mmap heap (an experiment; glibc's limit is 32 MiB)")
     a = ap.parse_args()
+    if a.mmap_threshold:
+        import tagrpo._malloc as M
+
+        def _keep(threshold=a.mmap_threshold):
+            mallopt = M._libc_function("mallopt", [ctypes.c_int, ctypes.c_int], ctypes.c_int)
+            return bool(mallopt(-3, threshold)) and bool(mallopt(M.M_TRIM_THRESHOLD, M._TRIM_NEVER))  # M_MMAP_THRESHOLD
+
+        M.keep_freed_memory = _keep
     threading.Thread(target=_sample, daemon=True).start()
 
     import tagrpo.train.loop as L
@@ -100,6 +119,8 @@ def main() -> None:
             print(f"step {step + 1}: {m['time/step']:.1f} s (generate {m['time/generate']:.1f}, train {m['time/train']:.1f})",
                   flush=True)
         if a.evals:
+            t.learner.release_grads()  # as the demo does
+            t.release_free_memory()
             ev()
 
 

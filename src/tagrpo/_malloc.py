@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import mmap
 import sys
+
+import torch
 
 M_TRIM_THRESHOLD = -1  # glibc <malloc.h>
 M_MMAP_MAX = -4
@@ -61,3 +64,22 @@ def release_free_memory() -> bool:
         return False
     trim(0)
     return True
+
+
+def mapped_zeros(numel: int, dtype: torch.dtype) -> torch.Tensor:
+    """A (numel,) CPU tensor of zeros in its own anonymous memory map, outside malloc's heap: its
+    pages are zeroed by the kernel when mapped (MAP_POPULATE on Linux: one call instead of a page
+    fault per page, measured 0.27 vs 0.47 s for 540 MB written once), and the whole map goes back
+    to the system when the tensor and its views are freed, whatever keep_freed_memory set. For
+    large buffers that live for one phase (an update's gradients): allocated on the heap instead
+    they leave it fragmented and resident after they are freed. Any OS with `mmap`."""
+    if numel == 0:
+        return torch.zeros(0, dtype=dtype)
+    nbytes = numel * torch.empty((), dtype=dtype).element_size()
+    populate = getattr(mmap, "MAP_POPULATE", 0)
+    if populate:
+        region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | populate)
+    else:
+        region = mmap.mmap(-1, nbytes)
+    # the tensor holds the region (a buffer export) until its storage dies, then it is unmapped
+    return torch.frombuffer(region, dtype=dtype, count=numel)

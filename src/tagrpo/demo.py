@@ -66,6 +66,8 @@ def run_demo(output_dir: Path = Path("runs/demo"), steps: int | None = None, ove
     with prog:
         task = prog.add_task("", total=cfg.steps)
         last = trainer.train(progress=make(task, 0))
+    trainer.learner.release_grads()  # the last update's gradients: not needed to evaluate
+    trainer.release_free_memory()
     console.print("evaluating the trained model on the same problems and seeds ...")
     after = evaluate(policy, trainer.tokenizer, heldout, **ev)
     out = Path(cfg.output_dir)

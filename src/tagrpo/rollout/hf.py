@@ -68,7 +68,7 @@ def sample_tokens(logits, temperature: float, top_p: float, generator=None, u=No
 
 class HFGenerateEngine:
     def __init__(self, model, tokenizer, max_batch_size: int = 64, share_prompts: bool = True, dtype: str = "fp32",
-                 fast_decode: bool | None = None, prepack: bool = True):
+                 fast_decode: bool | None = None, prepack: bool = True, lean: bool = False):
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
         if max_batch_size < 1:
@@ -81,6 +81,9 @@ class HFGenerateEngine:
         self.fast_decode = fast_decode  # None: on a CPU, for the architectures rollout/decode.py covers
         self.prepack = prepack  # the fast decoder's bf16 weights packed for oneDNN once per call (decode.pack_linears)
         self._packed: dict = {}
+        # lean: the bf16 copy's projection weights are freed once the call's last batch is
+        # prefilled (its decode steps read only their packed form) and cast again at the next call
+        self.lean = lean
         eos = getattr(model.generation_config, "eos_token_id", None) or tokenizer.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, (list, tuple)) else [eos])
         self.eos_ids.add(tokenizer.eos_token_id)
@@ -122,6 +125,19 @@ class HFGenerateEngine:
                 p.data = torch.empty(0, dtype=torch.bfloat16)
             self._copy_released = True
 
+    def _drop_packed_weights(self, model) -> None:
+        """With `lean`, once the last prefill of a call has run: free the bf16 copy's weights that
+        have a packed form (projections; the lm_head unless it is the embedding), so the decode
+        steps hold one bf16 form of them instead of two (SmolLM2-135M: 212 of 270 MB). Only the
+        engine's own copy is touched, never the caller's model; the next call casts them again."""
+        if not (self.lean and self._packed and model is self._copy):
+            return
+        embed = model.get_input_embeddings().weight
+        for m in model.modules():
+            if id(m) in self._packed and m.weight is not embed:
+                m.weight.data = torch.empty(0, dtype=m.weight.dtype)
+        self._copy_released = True
+
     def _autocast(self):
         """bf16 autocast on accelerators when asked for and the weights are not bf16 already."""
         dev = self.device
@@ -152,8 +168,10 @@ class HFGenerateEngine:
                 gens = None
                 if seeds is not None:
                     gens = [torch.Generator().manual_seed(int(seeds[i])) for i in idx]
+                last = start + self.max_batch_size >= len(order)
                 with torch.no_grad(), self._autocast():
-                    outs = self._decode(model, [prompts[i] for i in idx], temperature, params.top_p, params.max_new_tokens, gens)
+                    outs = self._decode(model, [prompts[i] for i in idx], temperature, params.top_p, params.max_new_tokens, gens,
+                                        after_prefill=self._drop_packed_weights if last else None)
                 for i, toks in zip(idx, outs):
                     results[i] = self._cut(toks)
         finally:
@@ -162,7 +180,7 @@ class HFGenerateEngine:
         return results  # type: ignore[return-value]
 
     def _decode(self, model, batch: list[list[int]], temperature: float, top_p: float, max_new: int,
-                gens: list | None = None) -> list[list[int]]:
+                gens: list | None = None, after_prefill=None) -> list[list[int]]:
         kw = cache_kwarg(model)
         dev = self.device
         b = len(batch)
@@ -185,6 +203,8 @@ class HFGenerateEngine:
             sel, logits = None, out.logits[:, -1]  # (b, V)
         cache = output_cache(out)
         del out
+        if after_prefill is not None:
+            after_prefill(model)
         if fast is not None:
             fast.load(cache, att, source_rows=sel)
             cache = None  # the fast decoder holds its own copy

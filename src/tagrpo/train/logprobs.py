@@ -61,10 +61,13 @@ def hidden_states_out(model):
 class _LinearLogProbs(torch.autograd.Function):
     """log softmax((h @ W.T + b) / temperature)[target] over chunks of rows of h, and the
     entropy of the same distribution (no gradient). The backward recomputes each chunk's logits
-    from the saved log-sum-exp: d logp / d logits = (onehot(target) - softmax) / temperature."""
+    from the saved log-sum-exp: d logp / d logits = (onehot(target) - softmax) / temperature.
+    `into_grad`: the weight's gradient is added straight into `weight.grad` when that exists
+    (the trainer's flat gradient buffer) and none is returned for it, instead of a (V, H) float32
+    sum returned for autograd to add there (SmolLM2: 113 MB less at the backward's peak)."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, target, temperature, chunk, compute_dtype, want_entropy):
+    def forward(ctx, hidden, weight, bias, target, temperature, chunk, compute_dtype, want_entropy, into_grad=False):
         n = hidden.shape[0]  # hidden (N, H), weight (V, H), target (N,)
         logp = torch.empty(n, dtype=torch.float32, device=hidden.device)  # (N,)
         lse = torch.empty(n, dtype=torch.float32, device=hidden.device)  # (N,)
@@ -82,6 +85,7 @@ class _LinearLogProbs(torch.autograd.Function):
                     ent[s : s + chunk] = lse_c - (p * z).sum(-1)
         ctx.save_for_backward(hidden, weight, bias, target, lse)
         ctx.temperature, ctx.chunk, ctx.compute_dtype = temperature, chunk, compute_dtype
+        ctx.into_grad = into_grad
         ctx.mark_non_differentiable(ent)
         return logp, ent
 
@@ -90,7 +94,8 @@ class _LinearLogProbs(torch.autograd.Function):
         hidden, weight, bias, target, lse = ctx.saved_tensors
         cd, t, chunk = ctx.compute_dtype, ctx.temperature, ctx.chunk
         g_h = torch.zeros_like(hidden) if ctx.needs_input_grad[0] else None  # (N, H)
-        g_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if ctx.needs_input_grad[1] else None
+        direct = ctx.needs_input_grad[1] and ctx.into_grad and weight.grad is not None and weight.grad.dtype == torch.float32
+        g_w = (weight.grad if direct else torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)) if ctx.needs_input_grad[1] else None
         g_b = torch.zeros(bias.shape, dtype=torch.float32, device=bias.device) if bias is not None and ctx.needs_input_grad[2] else None
         with torch.autocast(hidden.device.type, enabled=False):
             w = weight.to(cd)  # (V, H)
@@ -115,8 +120,8 @@ class _LinearLogProbs(torch.autograd.Function):
                     g_w.add_(torch.mm(gz.t(), h, out=g_w_chunk))
                 if g_b is not None:
                     g_b += gz.float().sum(0)
-        return (g_h, g_w.to(weight.dtype) if g_w is not None else None,
-                g_b.to(bias.dtype) if g_b is not None else None, None, None, None, None, None)
+        return (g_h, g_w.to(weight.dtype) if g_w is not None and not direct else None,
+                g_b.to(bias.dtype) if g_b is not None else None, None, None, None, None, None, None)
 
 
 def _logits(h, w, b, compute_dtype, temperature):
@@ -147,10 +152,12 @@ def _chunked_generic(head, hidden, target, temperature, chunk, want_entropy):
 
 
 def chunked_logprobs(head, hidden, target, *, temperature: float = 1.0, autocast: bool = False,
-                     want_entropy: bool = False, chunk: int = 0):
+                     want_entropy: bool = False, chunk: int = 0, into_grad: bool = False):
     """Log-probs of `target` (b, T) under log_softmax(head(hidden) / temperature), hidden (b, T, H),
     chunk x vocab logits at a time. Returns (logp (b, T) float32, entropy (b, T) or None).
-    `autocast`: the projection runs in bf16 as under autocast (fp32 accumulate and softmax)."""
+    `autocast`: the projection runs in bf16 as under autocast (fp32 accumulate and softmax).
+    `into_grad`: a plain Linear head adds its weight gradient straight into an existing
+    `weight.grad` (see _LinearLogProbs); for one process whose gradients stay allocated."""
     b, t, hdim = hidden.shape
     flat = hidden.reshape(b * t, hdim)  # (N, H)
     tgt = target.reshape(b * t)  # (N,)
@@ -158,7 +165,8 @@ def chunked_logprobs(head, hidden, target, *, temperature: float = 1.0, autocast
     chunk = chunk or max(16, CHUNK_ELEMENTS // vocab)
     if type(head) is nn.Linear:
         cd = torch.bfloat16 if autocast else head.weight.dtype
-        logp, ent = _LinearLogProbs.apply(flat, head.weight, head.bias, tgt, float(temperature), chunk, cd, want_entropy)
+        logp, ent = _LinearLogProbs.apply(flat, head.weight, head.bias, tgt, float(temperature), chunk, cd, want_entropy,
+                                          into_grad)
         ent = ent if want_entropy else None
     else:
         with autocast_ctx(hidden.device, autocast):
@@ -204,11 +212,11 @@ def shared_prefix_hidden(model, prompts, responses, groups, pad_id: int, device,
 
 def response_logprobs(model, prompts, responses, *, pad_id: int, device, temperature: float = 1.0,
                       autocast: bool = False, shared_prefix: bool = False, want_entropy: bool = False,
-                      chunked: bool = True):
+                      chunked: bool = True, into_grad: bool = False):
     """Log-probs (b, T), response mask (b, T) and entropies (b, T) or None of `responses` after
     `prompts` (one prompt per response). With `shared_prefix`, each distinct prompt runs once.
     `chunked=False` is the plain full-logits path, for models whose logits are not just their
-    output layer (soft-capping, scaling); it holds (b, T, vocab)."""
+    output layer (soft-capping, scaling); it holds (b, T, vocab). `into_grad`: see chunked_logprobs."""
     if shared_prefix:
         distinct: dict[tuple, int] = {}
         groups = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
@@ -229,7 +237,8 @@ def response_logprobs(model, prompts, responses, *, pad_id: int, device, tempera
         return selective_log_softmax(logits, resp), rmask, ent
     with hidden_states_out(model) as head:
         hidden, resp, rmask = fwd()  # (b, T, H)
-    logp, ent = chunked_logprobs(head, hidden, resp, temperature=temperature, autocast=autocast, want_entropy=want_entropy)
+    logp, ent = chunked_logprobs(head, hidden, resp, temperature=temperature, autocast=autocast, want_entropy=want_entropy,
+                                 into_grad=into_grad)
     return logp, rmask, ent
 
 

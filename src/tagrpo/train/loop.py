@@ -108,9 +108,15 @@ class Trainer:
                                pad_id=self.tokenizer.pad_token_id, ref_model=self.ref_model, accelerator=self.acc,
                                autocast=autocast, chunked=chunked,
                                shared_prefix=cfg.shared_prefix and self.world == 1 and not cfg.gradient_checkpointing,
-                               persistent_grads=self._lean_cpu_memory and self.world == 1)
+                               flat_grads=self._lean_cpu_memory and self.world == 1)
+        emb = policy.get_input_embeddings()
+        if self.learner.flat_grads and isinstance(emb, torch.nn.Embedding) and emb.weight.requires_grad:
+            # the embedding's gradient as (rows, H) sparse rows added into the flat buffer instead of
+            # a dense (V, H) float32 temporary a micro-batch (SmolLM2: 113 MB); the buffer exists
+            # before every backward, so .grad itself never becomes sparse
+            emb.sparse = True
         self.engine = HFGenerateEngine(policy, self.tokenizer, max_batch_size=cfg.generate_batch_size,
-                                       dtype="bf16" if bf16 else "fp32")
+                                       dtype="bf16" if bf16 else "fp32", lean=self._lean_cpu_memory)
         self.data, self.skipped_rows = load_families(cfg, self.tokenizer, self._rows_override)
         if self.skipped_rows:
             self._say(f"[yellow]skipped {len(self.skipped_rows)} rows[/yellow] (first: {self.skipped_rows[0]})")

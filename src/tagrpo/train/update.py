@@ -49,28 +49,33 @@ class Learner:
     autocast: bool = False
     shared_prefix: bool = True
     chunked: bool = True
-    persistent_grads: bool = False  # gradients live in one buffer for the whole run, zeroed in place
-    grad_buffers: list | None = field(default=None, init=False, repr=False)  # with persistent_grads: one per dtype
+    flat_grads: bool = False  # gradients are views of one buffer outside the heap, freed before each rollout
+    grad_buffers: list | None = field(default=None, init=False, repr=False)  # with flat_grads: one per dtype
 
     def zero_grad(self) -> None:
-        """Clear the gradients before a mini-batch. With `persistent_grads` the parameters'
-        `.grad` are views of one flat buffer per dtype, allocated at the first call and zeroed in
-        place after (autograd accumulates into an existing `.grad` in place); otherwise they are
-        set to None and reallocated by the next backward. On a CPU, where the allocator keeps
-        freed memory in the process, reallocating 4 bytes a parameter every step fragments the
-        heap (measured: +0.5 GB resident after the second step of the demo)."""
-        if not self.persistent_grads:
+        """Clear the gradients before a mini-batch. With `flat_grads` the parameters' `.grad` are
+        views of one flat buffer per dtype in its own anonymous memory map (tagrpo._malloc.
+        mapped_zeros), allocated at the update's first call and zeroed in place after (autograd
+        accumulates into an existing `.grad` in place); otherwise they are set to None and
+        reallocated by the next backward. On a CPU whose allocator keeps freed memory in the
+        process, reallocating 4 bytes a parameter on the heap every step fragments it (measured:
+        +0.5 GB resident after the second step of the demo); a memory map goes back to the system
+        whole when `release_grads` frees it, so the rollout runs without the gradients."""
+        if not self.flat_grads:
             self.optimizer.zero_grad(set_to_none=True)
             return
         params = [p for g in self.optimizer.param_groups for p in g["params"] if p.requires_grad]
         bufs = self.grad_buffers
         if bufs is None or any(p.grad is None for p in params):  # first call, or someone set a grad to None
+            from tagrpo._malloc import mapped_zeros
+
             by_dtype: dict = {}
             for p in params:
                 by_dtype.setdefault((p.dtype, p.device), []).append(p)
             bufs = []
             for (dtype, device), ps in by_dtype.items():
-                buf = torch.zeros(sum(p.numel() for p in ps), dtype=dtype, device=device)  # (n,)
+                n = sum(p.numel() for p in ps)
+                buf = mapped_zeros(n, dtype) if device.type == "cpu" else torch.zeros(n, dtype=dtype, device=device)  # (n,)
                 off = 0
                 for p in ps:
                     p.grad = buf[off : off + p.numel()].view_as(p)
@@ -82,10 +87,10 @@ class Learner:
             buf.zero_()
 
     def release_grads(self) -> None:
-        """Free the last update's gradients (kept after it for inspection) before a rollout,
-        unless they are persistent."""
-        if not self.persistent_grads:
-            self.optimizer.zero_grad(set_to_none=True)
+        """Free the last update's gradients (kept after it for inspection) before a rollout; with
+        `flat_grads` their buffers are unmapped."""
+        self.optimizer.zero_grad(set_to_none=True)
+        self.grad_buffers = None
 
     @property
     def world(self) -> int:
@@ -124,7 +129,7 @@ def _forward(learner: Learner, model, rows, mb, cfg: TrainConfig, want_entropy: 
     counter["fwd_bwd" if torch.is_grad_enabled() else "fwd"] += lp.computed_tokens(prompts, responses, learner.shared_prefix)
     return lp.response_logprobs(model, prompts, responses, pad_id=learner.pad_id, device=learner.device,
                                 temperature=cfg.temperature, autocast=learner.autocast, shared_prefix=learner.shared_prefix,
-                                want_entropy=want_entropy, chunked=learner.chunked)
+                                want_entropy=want_entropy, chunked=learner.chunked, into_grad=learner.flat_grads)
 
 
 def _no_grad_logprobs(learner: Learner, model, rows, batches, cfg, counter, disable_adapter: bool = False) -> dict:
