@@ -186,11 +186,13 @@ class Trainer:
     def _lean_cpu_memory(self) -> bool:
         """gradient_checkpointing on a CPU whose allocator keeps freed memory (keep_freed_memory):
         the user chose memory over speed, and the update touches little memory, so the trainer
-        also keeps the gradients in one buffer (no heap fragmentation from reallocating them) and
-        trims the heap between rollout and update. Measured (benchmarks/memory/RESULTS.md, session
-        5): the demo's 3-step run 3.07 -> 2.80 GB at the same speed; with one large micro-batch and
-        no checkpointing (speed benchmark) both together cost instead: +6% memory and +35% update
-        time (faulting the trimmed pages back in)."""
+        also puts an update's gradients in one memory-mapped buffer unmapped before the next
+        rollout (no heap fragmentation from reallocating them), adds the lm-head and embedding
+        gradients straight into it, frees the rollout copy's packed projections after prefill and
+        trims the heap between rollout and update. Measured (benchmarks/memory/RESULTS.md, sessions
+        5 and 7): the demo's 3-step run 3.07 -> 2.80 GB at the same speed (fp32), the demo 3.78 ->
+        3.62 GB (bf16); with one large micro-batch and no checkpointing (speed benchmark) the trim
+        and the kept buffer cost instead: +6% memory and +35% update time (faulting pages back in)."""
         return self.cfg.gradient_checkpointing and self.cfg.keep_freed_memory and self.device.type == "cpu"
 
     def release_free_memory(self) -> None:
