@@ -30,10 +30,15 @@ class _MallInfo2(ctypes.Structure):
                                                "fsmblks", "uordblks", "fordblks", "keepcost")]
 
 
+_MALLINFO2 = None  # glibc's mallinfo2, loaded once (the sampler calls it every 20 ms)
+
+
 def _mallinfo() -> _MallInfo2:
-    libc = ctypes.CDLL("libc.so.6")
-    libc.mallinfo2.restype = _MallInfo2
-    return libc.mallinfo2()
+    global _MALLINFO2
+    if _MALLINFO2 is None:
+        _MALLINFO2 = ctypes.CDLL("libc.so.6").mallinfo2
+        _MALLINFO2.restype = _MallInfo2
+    return _MALLINFO2()
 
 
 def _heap() -> str:
@@ -70,18 +75,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--evals", action="store_true", help="the demo's held-out evaluation before and after training")
     ap.add_argument("--set", action="append", default=[], help="extra key=value for configs/demo.yaml (repeatable)")
-    ap.add_argument("--mmap-threshold", type=int, default=0,
-                    help="bytes: allocations at least this large get their own mmap (returned at free) "
-                         "instead of keep_freed_memory's no-mmap heap (an experiment; glibc's limit is 32 MiB)")
     a = ap.parse_args()
-    if a.mmap_threshold:
-        import tagrpo._malloc as M
-
-        def _keep(threshold=a.mmap_threshold):
-            mallopt = M._libc_function("mallopt", [ctypes.c_int, ctypes.c_int], ctypes.c_int)
-            return bool(mallopt(-3, threshold)) and bool(mallopt(M.M_TRIM_THRESHOLD, M._TRIM_NEVER))  # M_MMAP_THRESHOLD
-
-        M.keep_freed_memory = _keep
     threading.Thread(target=_sample, daemon=True).start()
 
     import tagrpo.train.loop as L

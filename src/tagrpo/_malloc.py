@@ -75,7 +75,7 @@ def mapped_zeros(numel: int, dtype: torch.dtype) -> torch.Tensor:
     they leave it fragmented and resident after they are freed. Any OS with `mmap`."""
     if numel == 0:
         return torch.zeros(0, dtype=dtype)
-    nbytes = numel * torch.empty((), dtype=dtype).element_size()
+    nbytes = numel * dtype.itemsize
     populate = getattr(mmap, "MAP_POPULATE", 0)
     if populate:
         region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | populate)

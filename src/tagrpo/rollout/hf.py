@@ -121,9 +121,13 @@ class HFGenerateEngine:
         trainer's update then runs without them (lean CPU memory). The module stays, so no deep
         copy is made again."""
         if self._copy is not None:
-            for p in self._copy.parameters():
-                p.data = torch.empty(0, dtype=torch.bfloat16)
-            self._copy_released = True
+            self._free_copy_weights(self._copy.parameters())
+
+    def _free_copy_weights(self, params) -> None:
+        """Empty these parameters of the bf16 copy; the next `_rollout_model` casts every weight again."""
+        for p in params:
+            p.data = torch.empty(0, dtype=p.dtype)
+        self._copy_released = True
 
     def _drop_packed_weights(self, model) -> None:
         """With `lean`, once the last prefill of a call has run: free the bf16 copy's weights that
@@ -133,10 +137,7 @@ class HFGenerateEngine:
         if not (self.lean and self._packed and model is self._copy):
             return
         embed = model.get_input_embeddings().weight
-        for m in model.modules():
-            if id(m) in self._packed and m.weight is not embed:
-                m.weight.data = torch.empty(0, dtype=m.weight.dtype)
-        self._copy_released = True
+        self._free_copy_weights(m.weight for m in model.modules() if id(m) in self._packed and m.weight is not embed)
 
     def _autocast(self):
         """bf16 autocast on accelerators when asked for and the weights are not bf16 already."""

@@ -95,7 +95,9 @@ class _LinearLogProbs(torch.autograd.Function):
         cd, t, chunk = ctx.compute_dtype, ctx.temperature, ctx.chunk
         g_h = torch.zeros_like(hidden) if ctx.needs_input_grad[0] else None  # (N, H)
         direct = ctx.needs_input_grad[1] and ctx.into_grad and weight.grad is not None and weight.grad.dtype == torch.float32
-        g_w = (weight.grad if direct else torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)) if ctx.needs_input_grad[1] else None
+        g_w = None  # (V, H) float32: weight.grad itself when `direct`
+        if ctx.needs_input_grad[1]:
+            g_w = weight.grad if direct else torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
         g_b = torch.zeros(bias.shape, dtype=torch.float32, device=bias.device) if bias is not None and ctx.needs_input_grad[2] else None
         with torch.autocast(hidden.device.type, enabled=False):
             w = weight.to(cd)  # (V, H)
