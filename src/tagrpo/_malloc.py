@@ -43,6 +43,22 @@ def _libc_function(name: str, argtypes: list, restype):
     return fn
 
 
+class MallInfo2(ctypes.Structure):
+    """glibc's `struct mallinfo2` (<malloc.h>): the heap's size, what of it is in use, what is free."""
+
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                               "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+_FUNCTIONS: dict = {}  # name -> glibc function (or None), looked up once: callers may ask often
+
+
+def _cached(name: str, argtypes: list, restype):
+    if name not in _FUNCTIONS:
+        _FUNCTIONS[name] = _libc_function(name, argtypes, restype)
+    return _FUNCTIONS[name]
+
+
 def keep_freed_memory() -> bool:
     """Apply the mallopt settings above. Returns True when applied, False where there is no
     glibc (macOS, Windows, musl); calling it twice is harmless."""
@@ -59,8 +75,29 @@ def release_free_memory() -> bool:
     tensors (a rollout's KV cache, an update's activations) stays resident; calling this between
     phases (a few times a step) keeps the resident size near what is in use, at the cost of
     faulting those pages in again when they are reused. Returns False where there is no glibc."""
-    trim = _libc_function("malloc_trim", [ctypes.c_size_t], ctypes.c_int)
+    trim = _cached("malloc_trim", [ctypes.c_size_t], ctypes.c_int)
     if trim is None:
+        return False
+    trim(0)
+    return True
+
+
+def mallinfo() -> MallInfo2 | None:
+    """glibc's heap statistics now (`arena` bytes of heap, `uordblks` in use, `fordblks` free,
+    `hblkhd` in mmapped chunks), or None where there is no glibc >= 2.33."""
+    fn = _cached("mallinfo2", [], MallInfo2)
+    return fn() if fn is not None else None
+
+
+def trim_if_fragmented(min_free_bytes: int) -> bool:
+    """`malloc_trim(0)` when at least `min_free_bytes` of the heap are free (resident, with
+    keep_freed_memory's settings, but in use by nothing): for a phase whose differently sized
+    tensors leave holes the allocator cannot reuse (an update's micro-batches), so the resident
+    size follows what is in use instead of the heap's high-water mark. The threshold keeps the
+    cost (the pages are faulted in again when reused) to when it pays. True when it trimmed."""
+    info = mallinfo()
+    trim = _cached("malloc_trim", [ctypes.c_size_t], ctypes.c_int)
+    if info is None or trim is None or info.fordblks < min_free_bytes:
         return False
     trim(0)
     return True

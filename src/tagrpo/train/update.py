@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import torch
 
 from tagrpo.train import logprobs as lp
+from tagrpo.train import packing
 from tagrpo.train.batch import Sample, training_prompt
 from tagrpo.train.config import TrainConfig
 
@@ -50,6 +51,7 @@ class Learner:
     shared_prefix: bool = True
     chunked: bool = True
     flat_grads: bool = False  # gradients are views of one buffer outside the heap, freed before each rollout
+    trim_heap: bool = False  # give the heap's free pages back after each micro-batch's backward (glibc)
     grad_buffers: list | None = field(default=None, init=False, repr=False)  # with flat_grads: one per dtype
 
     def zero_grad(self) -> None:
@@ -111,6 +113,10 @@ class Learner:
             loss.backward()
         else:
             self.accelerator.backward(loss * self.world)
+        if self.trim_heap:
+            from tagrpo._malloc import release_free_memory
+
+            release_free_memory()
 
 
 @dataclass
@@ -126,7 +132,7 @@ class UpdateResult:
 def _forward(learner: Learner, model, rows, mb, cfg: TrainConfig, want_entropy: bool, counter: dict):
     prompts = [rows[i][0] for i in mb]
     responses = [rows[i][1] for i in mb]
-    counter["fwd_bwd" if torch.is_grad_enabled() else "fwd"] += lp.computed_tokens(prompts, responses, learner.shared_prefix)
+    counter["fwd_bwd" if torch.is_grad_enabled() else "fwd"] += packing.computed_tokens(prompts, responses, learner.shared_prefix)
     return lp.response_logprobs(model, prompts, responses, pad_id=learner.pad_id, device=learner.device,
                                 temperature=cfg.temperature, autocast=learner.autocast, shared_prefix=learner.shared_prefix,
                                 want_entropy=want_entropy, chunked=learner.chunked, into_grad=learner.flat_grads)
@@ -155,9 +161,9 @@ def pack(rows, idx: list[int], budget: int, shared_prefix: bool) -> list[list[in
     if not idx:
         return []
     if shared_prefix:
-        return lp.pack_shared_prefix([r[0] for r in rows], [r[1] for r in rows], idx, budget)
+        return packing.pack_shared_prefix([r[0] for r in rows], [r[1] for r in rows], idx, budget)
     lengths = [(len(rows[i][0]), len(rows[i][1])) for i in idx]
-    return [[idx[j] for j in b] for b in lp.pack_micro_batches(lengths, budget)]
+    return [[idx[j] for j in b] for b in packing.pack_micro_batches(lengths, budget)]
 
 
 def mini_batches(samples: list[Sample], n: int) -> list[list[int]]:
