@@ -332,3 +332,30 @@ def test_lean_cpu_memory_releases_the_bf16_rollout_copy_for_the_update(tmp_path,
     monkeypatch.setattr(L, "ppo_update", real)
     kept.train_step(0)
     assert all(p.numel() > 0 for p in kept.engine._copy.parameters())
+
+
+@pytest.mark.parametrize("lean", [True, False])
+def test_lean_cpu_memory_trims_the_heap_after_every_backward_and_only_then(tmp_path, monkeypatch, lean):
+    """With lean CPU memory (gradient_checkpointing, keep_freed_memory) the heap's free pages go
+    back to the system after each micro-batch's backward (the activations of one micro-batch
+    leave holes the next one cannot reuse); without it the update never trims."""
+    ov = ("skip_zero_adv=false", "questions_per_step=2", "steps=1", "micro_batch_tokens=32")
+    t = _trainer(tmp_path, *ov, *(("gradient_checkpointing=true",) if lean else ()))
+    assert t.learner.trim_heap is lean
+    import tagrpo._malloc as M
+
+    backwards, trims = [], []
+    real_backward = U.Learner.backward
+
+    def backward_spy(self, loss):
+        backwards.append(len(trims))
+        real_backward(self, loss)
+
+    monkeypatch.setattr(U.Learner, "backward", backward_spy)
+    monkeypatch.setattr(M, "release_free_memory", lambda: trims.append(1) or True)
+    monkeypatch.setattr(t, "release_free_memory", lambda: None)  # the between-phase trims: counted elsewhere
+    t.train_step(0)
+    assert len(backwards) > 1  # several micro-batches
+    assert len(trims) == (len(backwards) if lean else 0)
+    if lean:  # one trim after each backward, before the next one
+        assert backwards == list(range(len(backwards)))

@@ -89,20 +89,6 @@ def mallinfo() -> MallInfo2 | None:
     return fn() if fn is not None else None
 
 
-def trim_if_fragmented(min_free_bytes: int) -> bool:
-    """`malloc_trim(0)` when at least `min_free_bytes` of the heap are free (resident, with
-    keep_freed_memory's settings, but in use by nothing): for a phase whose differently sized
-    tensors leave holes the allocator cannot reuse (an update's micro-batches), so the resident
-    size follows what is in use instead of the heap's high-water mark. The threshold keeps the
-    cost (the pages are faulted in again when reused) to when it pays. True when it trimmed."""
-    info = mallinfo()
-    trim = _cached("malloc_trim", [ctypes.c_size_t], ctypes.c_int)
-    if info is None or trim is None or info.fordblks < min_free_bytes:
-        return False
-    trim(0)
-    return True
-
-
 def mapped_zeros(numel: int, dtype: torch.dtype) -> torch.Tensor:
     """A (numel,) CPU tensor of zeros in its own anonymous memory map, outside malloc's heap: its
     pages are zeroed by the kernel when mapped (MAP_POPULATE on Linux: one call instead of a page

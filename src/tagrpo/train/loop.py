@@ -108,7 +108,8 @@ class Trainer:
                                pad_id=self.tokenizer.pad_token_id, ref_model=self.ref_model, accelerator=self.acc,
                                autocast=autocast, chunked=chunked,
                                shared_prefix=cfg.shared_prefix and self.world == 1 and not cfg.gradient_checkpointing,
-                               flat_grads=self._lean_cpu_memory and self.world == 1)
+                               flat_grads=self._lean_cpu_memory and self.world == 1,
+                               trim_heap=self._lean_cpu_memory)
         emb = policy.get_input_embeddings()
         if self.learner.flat_grads and isinstance(emb, torch.nn.Embedding) and emb.weight.requires_grad:
             # the embedding's gradient as (rows, H) sparse rows added into the flat buffer instead of
@@ -189,10 +190,11 @@ class Trainer:
         also puts an update's gradients in one memory-mapped buffer unmapped before the next
         rollout (no heap fragmentation from reallocating them), adds the lm-head and embedding
         gradients straight into it, frees the rollout copy's packed projections after prefill and
-        trims the heap between rollout and update. Measured (benchmarks/memory/RESULTS.md, sessions
-        5 and 7): the demo's 3-step run 3.07 -> 2.80 GB at the same speed (fp32), the demo 3.78 ->
-        3.62 GB (bf16); with one large micro-batch and no checkpointing (speed benchmark) the trim
-        and the kept buffer cost instead: +6% memory and +35% update time (faulting pages back in)."""
+        trims the heap between rollout and update and after each micro-batch's backward. Measured
+        (benchmarks/memory/RESULTS.md, sessions 5, 7 and 9): the demo's 3-step run 3.07 -> 2.80 GB
+        at the same speed (fp32), the demo 3.78 -> 3.62 GB (bf16), the per-backward trim 3.50 ->
+        3.23 GB at +1% wall; with one large micro-batch and no checkpointing (speed benchmark) the
+        trim and the kept buffer cost instead: +6% memory and +35% update time (faulting pages back in)."""
         return self.cfg.gradient_checkpointing and self.cfg.keep_freed_memory and self.device.type == "cpu"
 
     def release_free_memory(self) -> None:
