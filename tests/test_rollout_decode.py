@@ -105,20 +105,20 @@ def _reference_logits(model, seqs, pad_id):
         return model(input_ids=ids, attention_mask=att, position_ids=pos, logits_to_keep=1).logits[:, -1]
 
 
-def _prefill(model, prompts, pad_id, chunk):
+def _prefill(model, prompts, pad_id, chunk, bucket=16):
     ids, att, pos = left_pad(prompts, pad_id)  # (b, L) each
     with torch.no_grad():
         out = model(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=True)
-    fd = FastDecoder(model, chunk=chunk)
+    fd = FastDecoder(model, chunk=chunk, bucket=bucket)
     fd.load(output_cache(out), att)
     return fd, out.logits[:, -1], pos[:, -1] + 1
 
 
-def _check_decode(model, prompts, pad_id, steps=20, chunk=4, drops=None, seed=0):
+def _check_decode(model, prompts, pad_id, steps=20, chunk=4, drops=None, seed=0, bucket=16):
     """Decode `steps` random tokens with FastDecoder and compare every step's logits with the
     model's forward on the whole sequence so far. `drops`: {step: rows (of the original batch) to
     keep from that step on}, applied with select_rows."""
-    fd, logits, next_pos = _prefill(model, prompts, pad_id, chunk)
+    fd, logits, next_pos = _prefill(model, prompts, pad_id, chunk, bucket)
     torch.testing.assert_close(logits, _reference_logits(model, prompts, pad_id), atol=ATOL, rtol=RTOL)
     g = torch.Generator().manual_seed(seed)
     seqs = [list(p) for p in prompts]
@@ -156,6 +156,30 @@ def test_step_logits_equal_the_models_forward(models, tok, kind):
     caps = _check_decode(model, prompts, tok.pad_token_id, steps=20, chunk=4)
     width = max(len(p) for p in prompts)
     assert caps == {width + 4 * k for k in range(1, 6)}  # grown in chunks of 4, once per 4 steps
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen3"])
+def test_attention_reads_bucketed_widths_with_the_same_logits(models, tok, kind, monkeypatch):
+    """The step's attention reads the cache in widths rounded up to the bucket (few distinct
+    shapes: oneDNN keeps a compiled kernel per shape), the positions not written yet masked:
+    every step's logits still equal the model's forward, and 30 steps use 4-5 widths, not 30."""
+    import tagrpo.rollout.decode as D
+
+    widths = []
+    real = D.F.softmax
+
+    def spy(x, *a, **k):
+        widths.append(x.shape[-1])
+        return real(x, *a, **k)
+
+    monkeypatch.setattr(D.F, "softmax", spy)
+    model = models[kind]
+    prompts = _random_prompts(6, model.config.vocab_size, seed=7)
+    _check_decode(model, prompts, tok.pad_token_id, steps=30, chunk=40, bucket=8, drops={12: [5, 1, 0]})
+    width = max(len(p) for p in prompts)
+    assert all(w % 8 == 0 for w in widths)
+    assert set(widths) == {-(-(width + t + 1) // 8) * 8 for t in range(30)}
+    assert len(set(widths)) <= 5
 
 
 @pytest.mark.parametrize("rows", [1, 2, 3, 11, 17])
