@@ -520,3 +520,45 @@ def test_lean_engine_frees_the_copys_packed_weights_for_the_decode_steps_and_sam
     own = _bf16(models["llama"])  # a bf16 model sampled in place (no copy): nothing is freed
     HFGenerateEngine(own, tok, dtype="fp32", lean=True).generate(prompts[:2], params, seeds=seeds[:2])
     assert all(p.numel() > 0 for p in own.parameters())
+
+
+@needs_onednn_bf16
+def test_lean_engine_with_one_batch_frees_each_weight_as_soon_as_it_is_packed(models, tok, monkeypatch):
+    """With one batch (the demo's rollout), the lean engine packs after the prefill and frees each
+    bf16 projection weight of its copy right after packing it, so the copy and the packed form
+    never both exist whole (the rollout's memory peak); the tokens equal a non-lean engine's."""
+    import tagrpo.rollout.hf as hf
+
+    model = copy.deepcopy(models["llama"])
+    prompts = [p for p in _random_prompts(3, model.config.vocab_size, seed=8) for _ in range(2)]  # 6 rows, 1 batch
+    params = SamplingParams(temperature=1.0, max_new_tokens=8)
+    seeds = list(range(len(prompts)))
+    lean = HFGenerateEngine(model, tok, dtype="bf16", max_batch_size=8, lean=True)
+    kept = HFGenerateEngine(model, tok, dtype="bf16", max_batch_size=8)
+    names = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+    def projections(m):
+        return [getattr(layer.self_attn if n.endswith(("q_proj", "k_proj", "v_proj", "o_proj")) else layer.mlp, n)
+                for layer in m.model.layers for n in names]
+
+    alive = []  # projection weights of the copy still held after each packed module
+    real = hf.pack_linears
+
+    def spy(m, rows=16, release=None):
+        if m is lean._copy:
+            assert release is not None
+
+            def counted(mod):
+                release(mod)
+                alive.append(sum(p.weight.numel() > 0 for p in projections(m)))
+
+            return real(m, rows, counted)
+        return real(m, rows, release)
+
+    monkeypatch.setattr(hf, "pack_linears", spy)
+    a = lean.generate(prompts, params, seeds=seeds)
+    b = kept.generate(prompts, params, seeds=seeds)
+    assert [c.token_ids for c in a] == [c.token_ids for c in b]
+    n = len(projections(model))
+    assert alive == [*range(n - 1, -1, -1), 0]  # one freed per packed projection, then the lm_head
+    assert lean._copy.model.embed_tokens.weight.numel() > 0  # the embedding (tied lm_head or not) stays

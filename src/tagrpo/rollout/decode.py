@@ -232,14 +232,21 @@ def can_pack(model) -> bool:
 
 
 @torch.no_grad()
-def pack_linears(model, rows: int = 16) -> dict:
+def pack_linears(model, rows: int = 16, release=None) -> dict:
     """id(nn.Linear) -> its weight packed for oneDNN (a hint of `rows` rows; any row count runs)
-    for every projection of the decode step and the lm_head; {} where `can_pack` is False."""
+    for every projection of the decode step and the lm_head; {} where `can_pack` is False.
+    `release(module)`, when given, is called on each module right after its weight is packed (the
+    engine's lean mode frees the bf16 weight there, so the two forms never all exist at once)."""
     if not can_pack(model):
         return {}
     inner = model.model
     parts = [_get(layer, name) for layer in inner.layers for name in _LAYER_PARTS if name.endswith("_proj")]
-    return {id(m): torch.ops.mkldnn._reorder_linear_weight(m.weight, rows) for m in [*parts, model.lm_head]}
+    packed = {}
+    for m in [*parts, model.lm_head]:
+        packed[id(m)] = torch.ops.mkldnn._reorder_linear_weight(m.weight, rows)
+        if release is not None:
+            release(m)
+    return packed
 
 
 def _with_capacity(kv: torch.Tensor, cap: int) -> torch.Tensor:
