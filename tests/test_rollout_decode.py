@@ -535,11 +535,9 @@ def test_lean_engine_with_one_batch_frees_each_weight_as_soon_as_it_is_packed(mo
     seeds = list(range(len(prompts)))
     lean = HFGenerateEngine(model, tok, dtype="bf16", max_batch_size=8, lean=True)
     kept = HFGenerateEngine(model, tok, dtype="bf16", max_batch_size=8)
-    names = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
-    def projections(m):
-        return [getattr(layer.self_attn if n.endswith(("q_proj", "k_proj", "v_proj", "o_proj")) else layer.mlp, n)
-                for layer in m.model.layers for n in names]
+    def projections(m):  # the decode step's projections, as pack_linears lists them
+        return [decode._get(layer, n) for layer in m.model.layers for n in decode._LAYER_PARTS if n.endswith("_proj")]
 
     alive = []  # projection weights of the copy still held after each packed module
     real = hf.pack_linears

@@ -24,13 +24,14 @@ import time
 from pathlib import Path
 
 CHILD = r"""
-import ctypes, json, sys, threading, time
-import psutil, torch
+import json, sys, threading, time
+import psutil
 from tagrpo._malloc import keep_freed_memory, mallinfo, release_free_memory
 keep_freed_memory()
 from tagrpo.data.arith import generate_problems
 from tagrpo.models.loader import load_policy
 from tagrpo.rollout import HFGenerateEngine, SamplingParams
+from tagrpo.rollout.prompts import build_prompt_ids
 proc = psutil.Process()
 peak = {"rss": 0, "in_use": 0}
 def sample():
@@ -42,9 +43,7 @@ threading.Thread(target=sample, daemon=True).start()
 model, tok = load_policy()
 model.train()
 probs = generate_problems(8, 1, seed=7)
-prompts = [tok.apply_chat_template([{"role": "user", "content": p["question"] + "\nPut your final answer within \\boxed{}."}],
-                                   add_generation_prompt=True, tokenize=True) for p in probs]
-prompts = [list(p["input_ids"] if isinstance(p, dict) or hasattr(p, "keys") else p) for p in prompts]
+prompts = [build_prompt_ids(tok, p["question"], "{question}\nPut your final answer within \\boxed{{}}.") for p in probs]
 rows = [p for p in prompts for _ in range(4)]
 eng = HFGenerateEngine(model, tok, dtype="bf16", max_batch_size=64, lean=True)
 params = SamplingParams(temperature=0.6, max_new_tokens=64)

@@ -138,23 +138,19 @@ class HFGenerateEngine:
         are freed (when the first batch is also the last, each one as soon as it is packed, so
         the copy and the packed form never both exist whole: SmolLM2-135M, ~210 MB less at the
         rollout's peak)."""
+        free = last and self.lean and model is self._copy  # only the engine's own copy, never the caller's model
         if pack and not self._packed:
-            free_now = self.lean and last and model is self._copy
-            embed = model.get_input_embeddings().weight
-            release = (lambda m: m.weight is not embed and self._free_copy_weights([m.weight])) if free_now else None
+            release = (lambda m: self._free_packed_weights(model, [m])) if free else None
             self._packed = pack_linears(model, rows=rows, release=release)
-        elif last:
-            self._drop_packed_weights(model)
+        elif free and self._packed:
+            self._free_packed_weights(model, [m for m in model.modules() if id(m) in self._packed])
 
-    def _drop_packed_weights(self, model) -> None:
-        """With `lean`, once the last prefill of a call has run: free the bf16 copy's weights that
-        have a packed form (projections; the lm_head unless it is the embedding), so the decode
-        steps hold one bf16 form of them instead of two (SmolLM2-135M: 212 of 270 MB). Only the
-        engine's own copy is touched, never the caller's model; the next call casts them again."""
-        if not (self.lean and self._packed and model is self._copy):
-            return
+    def _free_packed_weights(self, model, modules) -> None:
+        """Free the bf16 copy's weights of these packed modules (projections; the lm_head unless it
+        is the embedding), so the decode steps hold one bf16 form of them instead of two
+        (SmolLM2-135M: 212 of 270 MB); the next call casts them again."""
         embed = model.get_input_embeddings().weight
-        self._free_copy_weights(m.weight for m in model.modules() if id(m) in self._packed and m.weight is not embed)
+        self._free_copy_weights(m.weight for m in modules if m.weight is not embed)
 
     def _autocast(self):
         """bf16 autocast on accelerators when asked for and the weights are not bf16 already."""
