@@ -144,3 +144,43 @@ def test_head_check_accepts_plain_heads_and_restores_the_output_layer(tiny):
     head = model.get_output_embeddings()
     assert L.head_is_plain(model)
     assert model.get_output_embeddings() is head
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_bf16_cpu_update_rounds_widths_and_chunk_rows_to_a_multiple_of_16(tiny, autocast, monkeypatch):
+    """bf16 on a CPU, the forward's width (prompt + response) and every lm_head chunk's row count
+    are multiples of 16 (oneDNN keeps a kernel per shape: unrounded shapes grow the heap every
+    step); the log-probs, entropies and gradients are those of the unrounded computation. fp32:
+    widths as they are."""
+    model, _ = tiny
+    prompts = [[5, 6, 7], [9, 10, 11, 12, 13], [5, 6, 7]]
+    responses = [[20, 21, 22], [24, 25, 26, 27, 28, 29, 30], [29, 30]]
+    widths, rows = [], []
+    hook = model.register_forward_pre_hook(lambda m, a, kw: widths.append(kw["input_ids"].shape[1]), with_kwargs=True)
+    real_logits = L._logits
+    monkeypatch.setattr(L, "_logits", lambda h, *a: rows.append(h.shape[0]) or real_logits(h, *a))
+    out = {}
+    try:
+        for mult in (1, 16):
+            monkeypatch.setattr(L, "CPU_BF16_WIDTH_MULTIPLE", mult)
+            widths.clear()
+            rows.clear()
+            model.zero_grad()
+            logp, mask, ent = L.response_logprobs(model, prompts, responses, pad_id=0, device=torch.device("cpu"),
+                                                  temperature=0.9, autocast=autocast, want_entropy=True)
+            (logp * mask).sum().backward()
+            assert logp.shape == mask.shape == (3, 7)
+            out[mult] = ((logp * mask).detach(), (ent * mask).detach(),
+                         {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+            if mult == 16 and autocast:
+                assert widths == [16] and rows and all(r % 16 == 0 for r in rows), (widths, rows)
+            else:
+                assert widths == [5 + 7], widths  # the longest prompt + the longest response
+    finally:
+        hook.remove()
+    tol = dict(atol=3e-2, rtol=3e-2) if autocast else dict(atol=0, rtol=0)
+    torch.testing.assert_close(out[16][0], out[1][0], **tol)
+    torch.testing.assert_close(out[16][1], out[1][1], **tol)
+    for n in out[1][2]:
+        scale = float(out[1][2][n].abs().max()) + 1e-12
+        torch.testing.assert_close(out[16][2][n] / scale, out[1][2][n] / scale, atol=tol["atol"], rtol=0, msg=n)

@@ -35,6 +35,19 @@ from tagrpo.rollout.batching import (
 #: float32 elements of one chunk of logits: 4M (16 MB) -> 85 tokens at a 49k vocabulary
 CHUNK_ELEMENTS = 1 << 22
 
+#: bf16 on a CPU: the plain forward's width (prompt + response) is rounded up to a multiple of
+#: this by extra left padding (masked). oneDNN compiles and keeps a kernel for every matrix shape
+#: it meets (~0.85 MB of heap each, kept for the process's life); unrounded widths make the
+#: update meet new shapes every step, and the heap grows with them (see `width_multiple`)
+CPU_BF16_WIDTH_MULTIPLE = 16
+
+
+def width_multiple(device, autocast: bool) -> int:
+    """The multiple the plain forward's width is rounded up to: CPU_BF16_WIDTH_MULTIPLE for bf16
+    on a CPU (oneDNN's per-shape kernels), 1 elsewhere (fp32 CPU matmuls go to MKL, which keeps
+    nothing per shape; GPUs: padding would only cost compute)."""
+    return CPU_BF16_WIDTH_MULTIPLE if autocast and torch.device(device).type == "cpu" else 1
+
 
 def autocast_ctx(device: torch.device, enabled: bool, cache: bool = True):
     """bf16 autocast for the device's type (CPU or CUDA), or nothing. `cache=False`: no weight
@@ -164,7 +177,12 @@ def chunked_logprobs(head, hidden, target, *, temperature: float = 1.0, autocast
     flat = hidden.reshape(b * t, hdim)  # (N, H)
     tgt = target.reshape(b * t)  # (N,)
     vocab = head.weight.shape[0]
-    chunk = chunk or max(16, CHUNK_ELEMENTS // vocab)
+    m = width_multiple(hidden.device, autocast)
+    chunk = chunk or max(16, CHUNK_ELEMENTS // vocab) // m * m
+    if (b * t) % m:  # bf16 CPU: every chunk's row count a multiple of m (zero rows, dropped below)
+        pad = m - (b * t) % m
+        flat = torch.cat([flat, flat.new_zeros(pad, hdim)])  # (N', H)
+        tgt = torch.cat([tgt, tgt.new_zeros(pad)])  # (N',)
     if type(head) is nn.Linear:
         cd = torch.bfloat16 if autocast else head.weight.dtype
         logp, ent = _LinearLogProbs.apply(flat, head.weight, head.bias, tgt, float(temperature), chunk, cd, want_entropy,
@@ -173,16 +191,19 @@ def chunked_logprobs(head, hidden, target, *, temperature: float = 1.0, autocast
     else:
         with autocast_ctx(hidden.device, autocast):
             logp, ent = _chunked_generic(head, flat, tgt, temperature, chunk, want_entropy)
-    return logp.reshape(b, t), (ent.reshape(b, t) if ent is not None else None)
+    n = b * t
+    return logp[:n].reshape(b, t), (ent[:n].reshape(b, t) if ent is not None else None)
 
 
 # ---------------------------------------------------------------------------------- forwards
 def plain_hidden(model, prompts, responses, pad_id: int, device, autocast: bool):
     """(prompt + response) rows, prompts left-padded: hidden states predicting each response
     token (b, T, H), response ids (b, T), response mask (b, T)."""
-    ids_p, att_p, _ = left_pad(prompts, pad_id, device)  # (b, Pm) each
     resp, rmask = right_pad(responses, pad_id, device)  # (b, T)
     t = resp.shape[1]
+    m = width_multiple(device, autocast)
+    pm = -(-(max(len(p) for p in prompts) + t) // m) * m - t  # prompt width: Pm + T a multiple of m
+    ids_p, att_p, _ = left_pad(prompts, pad_id, device, pm)  # (b, Pm) each
     ids = torch.cat([ids_p, resp], dim=1)  # (b, Pm+T)
     att = torch.cat([att_p, rmask.long()], dim=1)  # (b, Pm+T)
     pos = (att.cumsum(-1) - 1).clamp(min=0)  # (b, Pm+T)
