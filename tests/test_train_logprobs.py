@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from tagrpo.models.tiny import make_tiny_model
+from tagrpo.rollout import batching
 from tagrpo.train import logprobs as L
 
 
@@ -162,7 +163,7 @@ def test_bf16_cpu_update_rounds_widths_and_chunk_rows_to_a_multiple_of_16(tiny, 
     out = {}
     try:
         for mult in (1, 16):
-            monkeypatch.setattr(L, "CPU_BF16_WIDTH_MULTIPLE", mult)
+            monkeypatch.setattr(batching, "CPU_BF16_WIDTH_MULTIPLE", mult)
             widths.clear()
             rows.clear()
             model.zero_grad()

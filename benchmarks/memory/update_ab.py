@@ -1,4 +1,4 @@
-"""The demo's PPO update with and without bf16-CPU width rounding (`logprobs.CPU_BF16_WIDTH_MULTIPLE`),
+"""The demo's PPO update with and without bf16-CPU width rounding (`rollout.batching.CPU_BF16_WIDTH_MULTIPLE`),
 on the same synthetic rows: step time, peak RSS and glibc's heap in use after each update.
 
 oneDNN compiles and keeps a kernel for every matrix shape it meets; an update whose micro-batch
@@ -61,13 +61,13 @@ def synthetic_samples(step: int, vocab: int, families: int = 2, per_family: int 
 
 def child(multiple: int, updates: int) -> None:
     threading.Thread(target=_sample, daemon=True).start()
-    import tagrpo.train.logprobs as lp
     from tagrpo.demo import preset_path
+    from tagrpo.rollout import batching
     from tagrpo.train.config import load_config
     from tagrpo.train.loop import Trainer
     from tagrpo.train.update import ppo_update
 
-    lp.CPU_BF16_WIDTH_MULTIPLE = multiple
+    batching.CPU_BF16_WIDTH_MULTIPLE = multiple  # the update reads it at every call
     with tempfile.TemporaryDirectory() as tmp:
         cfg = load_config(preset_path("demo"), [f"output_dir={tmp}/run"])
         t = Trainer(cfg)

@@ -12,6 +12,24 @@ import inspect
 
 import torch
 
+#: bf16 on a CPU: the widths of the engine's prefill and of the update's plain forward are
+#: rounded up to a multiple of this (masked left padding), and the update's lm-head chunks have a
+#: multiple of this many rows. oneDNN, which runs torch's bf16 CPU matmuls, compiles and keeps a
+#: kernel for every matrix shape it meets (~0.85 MB of heap each, for the process's life):
+#: unrounded widths meet new shapes every step, and the heap grows with them (measured: ~50 MB
+#: an update of the demo; benchmarks/memory/RESULTS.md, session 12)
+CPU_BF16_WIDTH_MULTIPLE = 16
+
+
+def width_multiple(device, bf16: bool) -> int:
+    """CPU_BF16_WIDTH_MULTIPLE for bf16 products on a CPU, else 1: fp32 CPU matmuls go to MKL,
+    which keeps nothing per shape, and on a GPU padding would only cost compute."""
+    return CPU_BF16_WIDTH_MULTIPLE if bf16 and torch.device(device).type == "cpu" else 1
+
+
+def round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
 
 def left_pad(seqs: list[list[int]], pad_id: int, device=None, width: int | None = None):
     """Token lists left-padded to `width` (default: the longest). Returns ids (b, W) long,

@@ -37,7 +37,15 @@ import functools
 import torch
 
 from tagrpo.rollout.base import Completion, SamplingParams
-from tagrpo.rollout.batching import cache_kwarg, left_pad, model_device, output_cache, select_rows
+from tagrpo.rollout.batching import (
+    cache_kwarg,
+    left_pad,
+    model_device,
+    output_cache,
+    round_up,
+    select_rows,
+    width_multiple,
+)
 from tagrpo.rollout.decode import FastDecoder, pack_linears, unsupported_reason
 
 DTYPES = ("fp32", "bf16")
@@ -199,7 +207,8 @@ class HFGenerateEngine:
         kw = cache_kwarg(model)
         dev = self.device
         b = len(batch)
-        width = max(len(p) for p in batch)
+        bf16 = next(model.parameters()).dtype == torch.bfloat16
+        width = round_up(max(len(p) for p in batch), width_multiple(dev, bf16))  # bf16 CPU: a multiple of 16 (batching)
         slot: dict[tuple[int, ...], int] = {}
         inv = [slot.setdefault(tuple(p), len(slot)) for p in batch]
         # the last position's logits only, kept by index: transformers' int `logits_to_keep=1`

@@ -28,25 +28,14 @@ from tagrpo.rollout.batching import (
     left_pad,
     output_cache,
     right_pad,
+    round_up,
     select_rows,
     unwrap_model,
+    width_multiple,
 )
 
 #: float32 elements of one chunk of logits: 4M (16 MB) -> 85 tokens at a 49k vocabulary
 CHUNK_ELEMENTS = 1 << 22
-
-#: bf16 on a CPU: the plain forward's width (prompt + response) is rounded up to a multiple of
-#: this by extra left padding (masked). oneDNN compiles and keeps a kernel for every matrix shape
-#: it meets (~0.85 MB of heap each, kept for the process's life); unrounded widths make the
-#: update meet new shapes every step, and the heap grows with them (see `width_multiple`)
-CPU_BF16_WIDTH_MULTIPLE = 16
-
-
-def width_multiple(device, autocast: bool) -> int:
-    """The multiple the plain forward's width is rounded up to: CPU_BF16_WIDTH_MULTIPLE for bf16
-    on a CPU (oneDNN's per-shape kernels), 1 elsewhere (fp32 CPU matmuls go to MKL, which keeps
-    nothing per shape; GPUs: padding would only cost compute)."""
-    return CPU_BF16_WIDTH_MULTIPLE if autocast and torch.device(device).type == "cpu" else 1
 
 
 def autocast_ctx(device: torch.device, enabled: bool, cache: bool = True):
@@ -201,8 +190,7 @@ def plain_hidden(model, prompts, responses, pad_id: int, device, autocast: bool)
     token (b, T, H), response ids (b, T), response mask (b, T)."""
     resp, rmask = right_pad(responses, pad_id, device)  # (b, T)
     t = resp.shape[1]
-    m = width_multiple(device, autocast)
-    pm = -(-(max(len(p) for p in prompts) + t) // m) * m - t  # prompt width: Pm + T a multiple of m
+    pm = round_up(max(len(p) for p in prompts) + t, width_multiple(device, autocast)) - t  # Pm + T: bf16 CPU, a multiple of 16
     ids_p, att_p, _ = left_pad(prompts, pad_id, device, pm)  # (b, Pm) each
     ids = torch.cat([ids_p, resp], dim=1)  # (b, Pm+T)
     att = torch.cat([att_p, rmask.long()], dim=1)  # (b, Pm+T)
