@@ -26,6 +26,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from machine import commit, cpu_name  # benchmarks/machine.py
+
 JOBS = {
     "demo": ["demo", "--output-dir", "{run}"],
     "train3": ["train", "--config", str(ROOT / "configs" / "demo.yaml"), "--set", "steps=3", "--set", "output_dir={run}"],
@@ -55,11 +58,7 @@ def main() -> None:
     a = ap.parse_args()
     trees = dict(t.split("=", 1) for t in a.tree)
     res: dict = {"machine": platform.processor() or platform.machine(), "results": {}}
-    try:
-        res["cpu"] = next(ln.split(":", 1)[1].strip() for ln in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
-                          if ln.startswith("Model name"))
-    except (StopIteration, OSError):
-        pass
+    res["cpu"], res["commit"] = cpu_name(), commit()
     for job in a.jobs.split(","):
         for name, tree in trees.items():
             extra = [x for s in a.set for x in ("--set", s)] if job == "train3" else []

@@ -25,6 +25,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from machine import commit, cpu_name  # benchmarks/machine.py
+
 CHILD = r"""
 import json, sys, threading, time
 import psutil
@@ -106,8 +109,7 @@ def main() -> None:
             if a.vary:
                 print(f"  prompt widths {[c['prompt_width'] for c in calls]}; heap in use after each call, MB: "
                       f"{[round(c['in_use_after_mb']) for c in calls]}", flush=True)
-    cpu = subprocess.run(["sh", "-c", "lscpu | sed -n 's/^Model name: *//p'"], capture_output=True, text=True).stdout.strip()
-    doc = {"cpu": cpu, "command": " ".join(sys.argv), "when": time.strftime("%Y-%m-%d %H:%M"), "results": results}
+    doc = {"cpu": cpu_name(), "commit": commit(), "command": " ".join(sys.argv), "when": time.strftime("%Y-%m-%d %H:%M"), "results": results}
     if a.out:
         Path(a.out).write_text(json.dumps(doc, indent=1))
 

@@ -29,8 +29,9 @@ from pathlib import Path
 import psutil
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from phases import _mallinfo  # noqa: E402  (glibc's mallinfo2, shared with phases.py)
+sys.path[:0] = [str(HERE), str(HERE.parent)]
+from machine import commit, cpu_name  # benchmarks/machine.py
+from phases import _mallinfo  # (glibc's mallinfo2, shared with phases.py)
 
 PROC = psutil.Process()
 PEAK = [0]
@@ -103,15 +104,12 @@ def main() -> None:
         return
     from tagrpo import __version__  # noqa: F401  (the package must import)
 
-    cpu = next((ln.split(":", 1)[1].strip() for ln in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
-                if ln.startswith("Model name")), "?")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE).stdout.strip()
     runs = []
     for r in range(a.rounds):
         for mult in [int(x) for x in a.multiples.split(",")]:
             print(f"round {r + 1}, width multiple {mult}", flush=True)
             out = subprocess.run([sys.executable, __file__, "--child", str(mult), "--updates", str(a.updates)],
-                                 capture_output=True, text=True, env=os.environ)
+                                 capture_output=True, text=True, env=os.environ, check=False)
             if out.returncode:
                 sys.exit(out.stderr)
             rows = json.loads(out.stdout.strip().splitlines()[-1])
@@ -119,7 +117,7 @@ def main() -> None:
             s = sum(x["seconds"] for x in rows)
             print(f"  total {s:.1f} s, peak RSS {max(x['rss_peak_mb'] for x in rows)} MB, heap in use after each: "
                   f"{[x['heap_in_use_mb'] for x in rows]}", flush=True)
-    doc = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "cpu": cpu, "commit": commit, "runs": runs}
+    doc = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "cpu": cpu_name(), "commit": commit(), "runs": runs}
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)
         a.out.write_text(json.dumps(doc, indent=1))

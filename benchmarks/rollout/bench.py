@@ -23,11 +23,14 @@ import argparse
 import json
 import platform
 import statistics
-import subprocess
+import sys
 import time
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from machine import commit, cpu_name  # benchmarks/machine.py
 
 TEMPLATE = "{question}\nPut your final answer within \\boxed{{}}."
 
@@ -123,8 +126,8 @@ def main() -> None:
     path = resolve_model_path("smollm2-135m-instruct")
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    result = {"machine": _cpu_name(), "threads": torch.get_num_threads(), "torch": torch.__version__,
-              "commit": _commit(), "python": platform.python_version(), "dtype": args.dtype}
+    result = {"machine": cpu_name(), "threads": torch.get_num_threads(), "torch": torch.__version__,
+              "commit": commit(), "python": platform.python_version(), "dtype": args.dtype}
     result["bandwidth_gbs"] = bandwidth_gbs()
     for rows, (questions, samples) in ((16, (4, 4)), (32, (8, 4))):
         gemm = step_gemm(model, rows, dtype=torch.bfloat16 if args.dtype == "bf16" else torch.float32)
@@ -144,21 +147,6 @@ def main() -> None:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=1))
-
-
-def _cpu_name() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        return next(line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name"))
-    except (OSError, StopIteration):
-        return platform.processor()
-
-
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    except OSError:
-        return "?"
 
 
 if __name__ == "__main__":
