@@ -147,12 +147,13 @@ def test_head_check_accepts_plain_heads_and_restores_the_output_layer(tiny):
     assert model.get_output_embeddings() is head
 
 
+@pytest.mark.parametrize("shared", [False, True])
 @pytest.mark.parametrize("autocast", [False, True])
-def test_bf16_cpu_update_rounds_widths_and_chunk_rows_to_a_multiple_of_16(tiny, autocast, monkeypatch):
-    """bf16 on a CPU, the forward's width (prompt + response) and every lm_head chunk's row count
-    are multiples of 16 (oneDNN keeps a kernel per shape: unrounded shapes grow the heap every
-    step); the log-probs, entropies and gradients are those of the unrounded computation. fp32:
-    widths as they are."""
+def test_bf16_cpu_update_rounds_widths_and_chunk_rows_to_a_multiple_of_16(tiny, autocast, shared, monkeypatch):
+    """bf16 on a CPU, every forward's width (plain: prompt + response; shared prefix: the prompts,
+    then the responses) and every lm_head chunk's row count are multiples of 16 (oneDNN keeps a
+    kernel per shape: unrounded shapes grow the heap every step); the log-probs, entropies and
+    gradients are those of the unrounded computation. fp32: widths as they are."""
     model, _ = tiny
     prompts = [[5, 6, 7], [9, 10, 11, 12, 13], [5, 6, 7]]
     responses = [[20, 21, 22], [24, 25, 26, 27, 28, 29, 30], [29, 30]]
@@ -168,15 +169,15 @@ def test_bf16_cpu_update_rounds_widths_and_chunk_rows_to_a_multiple_of_16(tiny, 
             rows.clear()
             model.zero_grad()
             logp, mask, ent = L.response_logprobs(model, prompts, responses, pad_id=0, device=torch.device("cpu"),
-                                                  temperature=0.9, autocast=autocast, want_entropy=True)
+                                                  temperature=0.9, autocast=autocast, want_entropy=True, shared_prefix=shared)
             (logp * mask).sum().backward()
             assert logp.shape == mask.shape == (3, 7)
             out[mult] = ((logp * mask).detach(), (ent * mask).detach(),
                          {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
             if mult == 16 and autocast:
-                assert widths == [16] and rows and all(r % 16 == 0 for r in rows), (widths, rows)
-            else:
-                assert widths == [5 + 7], widths  # the longest prompt + the longest response
+                assert widths == ([16, 16] if shared else [16]) and rows and all(r % 16 == 0 for r in rows), (widths, rows)
+            else:  # the longest prompt, then the longest response; plain: both in one row
+                assert widths == ([5, 7] if shared else [5 + 7]), widths
     finally:
         hook.remove()
     tol = dict(atol=3e-2, rtol=3e-2) if autocast else dict(atol=0, rtol=0)

@@ -10,6 +10,7 @@ interleaved A, B, A, B, every process on the same rows (seeded): 2 families of 8
 non-zero.
 
     .venv/bin/python benchmarks/memory/update_ab.py --updates 8 --rounds 2 --out benchmarks/memory/results/update_ab.json
+    .venv/bin/python benchmarks/memory/update_ab.py --set gradient_checkpointing=false ...   # the shared-prefix forward
 
 Linux/glibc only (mallinfo2). Run it on a quiet machine.
 """
@@ -60,7 +61,7 @@ def synthetic_samples(step: int, vocab: int, families: int = 2, per_family: int 
     return out
 
 
-def child(multiple: int, updates: int) -> None:
+def child(multiple: int, updates: int, overrides: list[str]) -> None:
     threading.Thread(target=_sample, daemon=True).start()
     from tagrpo.demo import preset_path
     from tagrpo.rollout import batching
@@ -70,7 +71,7 @@ def child(multiple: int, updates: int) -> None:
 
     batching.CPU_BF16_WIDTH_MULTIPLE = multiple  # the update reads it at every call
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = load_config(preset_path("demo"), [f"output_dir={tmp}/run"])
+        cfg = load_config(preset_path("demo"), [f"output_dir={tmp}/run", *overrides])
         t = Trainer(cfg)
         t.setup()
         vocab = t.tokenizer.vocab_size
@@ -96,11 +97,13 @@ def main() -> None:
     ap.add_argument("--updates", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--multiples", default="1,16", help="width multiples to compare (1 = no rounding)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override configs/demo.yaml (repeatable), e.g. gradient_checkpointing=false (the shared-prefix forward)")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child is not None:
-        child(a.child, a.updates)
+        child(a.child, a.updates, a.set)
         return
     from tagrpo import __version__  # noqa: F401  (the package must import)
 
@@ -108,7 +111,8 @@ def main() -> None:
     for r in range(a.rounds):
         for mult in [int(x) for x in a.multiples.split(",")]:
             print(f"round {r + 1}, width multiple {mult}", flush=True)
-            out = subprocess.run([sys.executable, __file__, "--child", str(mult), "--updates", str(a.updates)],
+            out = subprocess.run([sys.executable, __file__, "--child", str(mult), "--updates", str(a.updates),
+                                  *[x for kv in a.set for x in ("--set", kv)]],
                                  capture_output=True, text=True, env=os.environ, check=False)
             if out.returncode:
                 sys.exit(out.stderr)

@@ -206,19 +206,21 @@ def plain_hidden(model, prompts, responses, pad_id: int, device, autocast: bool)
 def shared_prefix_hidden(model, prompts, responses, groups, pad_id: int, device, autocast: bool):
     """Each distinct prompt once (left padded), its KV rows gathered for every response of it
     (`groups[i]` = index into `prompts` of response i). Same outputs as `plain_hidden`."""
-    ids_p, att_p, pos_p = left_pad(prompts, pad_id, device)  # (k, Pm) each
-    resp, rmask = right_pad(responses, pad_id, device)  # (b, T)
-    t = resp.shape[1]
+    m = width_multiple(device, autocast)  # bf16 CPU: both forwards' widths a multiple of 16 (batching)
+    ids_p, att_p, pos_p = left_pad(prompts, pad_id, device, round_up(max(len(p) for p in prompts), m))  # (k, Pm) each
+    t = max(max((len(r) for r in responses), default=0), 1)
+    resp, rmask = right_pad(responses, pad_id, device, round_up(t, m))  # (b, T'), T' >= T: masked right padding
+    tw = resp.shape[1]
     g = torch.tensor(groups, dtype=torch.long, device=device)  # (b,)
-    att = torch.cat([att_p[g], rmask.long()], dim=1)  # (b, Pm+T)
-    pos = att_p.sum(-1)[g].unsqueeze(1) + torch.arange(t, device=device).unsqueeze(0)  # (b, T)
+    att = torch.cat([att_p[g], rmask.long()], dim=1)  # (b, Pm+T')
+    pos = att_p.sum(-1)[g].unsqueeze(1) + torch.arange(tw, device=device).unsqueeze(0)  # (b, T')
     with autocast_ctx(device, autocast):
         pre = model(input_ids=ids_p, attention_mask=att_p, position_ids=pos_p, use_cache=True, logits_to_keep=1)
         cache = select_rows(output_cache(pre), g)  # (k, ...) -> (b, ...): each response gets its prompt's KV rows
-        out = model(input_ids=resp, attention_mask=att, position_ids=pos, use_cache=True, logits_to_keep=t,
+        out = model(input_ids=resp, attention_mask=att, position_ids=pos, use_cache=True, logits_to_keep=tw,
                     **{cache_kwarg(model): cache})
-    hidden = torch.cat([pre.logits[:, -1:][g], out.logits[:, :-1]], dim=1)  # (b, T, H): row 0 predicts token 0
-    return hidden, resp, rmask
+    hidden = torch.cat([pre.logits[:, -1:][g], out.logits[:, : t - 1]], dim=1)  # (b, T, H): row 0 predicts token 0
+    return hidden, resp[:, :t], rmask[:, :t]
 
 
 def response_logprobs(model, prompts, responses, *, pad_id: int, device, temperature: float = 1.0,
