@@ -12,9 +12,9 @@ import inspect
 
 import torch
 
-#: bf16 on a CPU: the widths of the engine's prefill and of the update's plain forward are
-#: rounded up to a multiple of this (masked left padding), and the update's lm-head chunks have a
-#: multiple of this many rows. oneDNN, which runs torch's bf16 CPU matmuls, compiles and keeps a
+#: bf16 on a CPU: the widths of the engine's prefill and of the update's forwards (plain; shared
+#: prefix: prompts and responses) are rounded up to a multiple of this (masked padding), and the
+#: update's lm-head chunks have a multiple of this many rows. oneDNN, which runs torch's bf16 CPU matmuls, compiles and keeps a
 #: kernel for every matrix shape it meets (~0.85 MB of heap each, for the process's life):
 #: unrounded widths meet new shapes every step, and the heap grows with them (measured: ~50 MB
 #: an update of the demo; benchmarks/memory/RESULTS.md, session 12)
