@@ -27,21 +27,15 @@ import threading
 import time
 from pathlib import Path
 
-import psutil
-
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 from machine import commit, cpu_name  # benchmarks/machine.py
-from phases import _mallinfo  # (glibc's mallinfo2, shared with phases.py)
-
-PROC = psutil.Process()
-PEAK = [0]
-
-
-def _sample() -> None:
-    while True:
-        PEAK[0] = max(PEAK[0], PROC.memory_info().rss)
-        time.sleep(0.02)
+from phases import (  # the RSS sampler and glibc's mallinfo2 of phases.py
+    PEAK,
+    PROC,
+    _mallinfo,
+    _sample,
+)
 
 
 def synthetic_samples(step: int, vocab: int, families: int = 2, per_family: int = 8):

@@ -41,7 +41,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from tagrpo.rollout.batching import unwrap_model
+from tagrpo.rollout.batching import round_up, unwrap_model
 
 ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3")
 _LAYER_PARTS = ("input_layernorm", "post_attention_layernorm", "self_attn.q_proj", "self_attn.k_proj",
@@ -183,7 +183,7 @@ class FastDecoder:
         cos, sin = inner.rotary_emb(x, position_ids=positions[:, None])  # (b, 1, d) each
         cos, sin = cos[:, None], sin[:, None]  # (b, 1, 1, d)
         self.mask[..., t] = 0.0  # the new token's position is real in every row
-        w = min(-(-(t + 1) // self.bucket) * self.bucket, self.keys[0].shape[2])  # width read (module docstring: bucketed widths)
+        w = min(round_up(t + 1, self.bucket), self.keys[0].shape[2])  # width read (module docstring: bucketed widths)
         mask = self.mask[..., :w]  # (b, 1, 1, w): positions t+1.. w-1 masked, their keys and values zero
         groups = self.heads // self.kv_heads
         for i, layer in enumerate(self.layers):
