@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+import yaml
 
 E2 = Path(__file__).resolve().parents[1] / "benchmarks" / "evidence2"
 sys.path.insert(0, str(E2))
@@ -238,10 +239,15 @@ def test_summarize_on_synthetic_runs(doc, tmp_path):
     rng = np.random.default_rng(0)
     ids = [f"q{i}" for i in range(20)]
     p_eval = {1: 0.2, 2: 0.25, 3: 0.3, 4: 0.7, 5: 0.7, 6: 0.5}
+    study = tmp_path / "study.yaml"  # the real study with 10 training steps
+    raw = yaml.safe_load(S.STUDY_FILE.read_text())
+    raw["train"]["steps"] = 10
+    study.write_text(yaml.safe_dump(raw))
+    killed = "a6-ta-grpo-rules-s2"  # stopped after 7 of 10 steps, never evaluated: listed, not counted
     for job in S.jobs(doc):
         (rdir := layout.run_dir(job)).mkdir(parents=True)
         lines = []
-        for t in range(1, 11):  # 10 steps
+        for t in range(1, 8 if job.name == killed else 11):  # 10 steps
             ac = 0.1 * t if job.arm.id in (1, 2) else 0.05 * t
             lines.append({"step": t, "uniform/q0": ac + 0.05, "uniform/q0_all_correct": ac, "uniform/q0_all_wrong": 0.05,
                           "uniform/family": ac / 2, "uniform/family_all_correct": ac / 2, "uniform/family_all_wrong": 0.0,
@@ -249,15 +255,19 @@ def test_summarize_on_synthetic_runs(doc, tmp_path):
                           "time/step": 2.0, "time/generate": 1.0, "time/train": 1.0, "perf/sampled_tokens": 100.0 * t,
                           **({"diversity/mean_pairwise_distance": 0.3} if t % 4 == 0 else {})})
         (rdir / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in lines))
+        if job.name == killed:
+            continue
         layout.eval_out(job.name).parent.mkdir(parents=True, exist_ok=True)
         layout.eval_out(job.name).write_text(json.dumps(_eval_doc(p_eval[job.arm.id], 16, rng, ids)))
     layout.eval_out("base").write_text(json.dumps(_eval_doc(0.1, 16, rng, ids)))
     layout.times.write_text(json.dumps({"train/a1-grpo-s0": [{"seconds": 30.0}, {"seconds": 12.0}]}))
-    assert SUM.main(["--out", str(out), "--dest", str(dest), "--no-report"]) == 0
+    assert SUM.main(["--out", str(out), "--dest", str(dest), "--study", str(study), "--no-report"]) == 0
     md = (dest / "summary.md").read_text()
     assert "**Validity (VALID)**" in md  # arm 1's late q0 all-correct: mean of 0.6..1.0 = 0.8
     for a in S.arms(doc):
-        assert f"| {a.id} {a.name} | 3 |" in md
+        assert f"| {a.id} {a.name} | {2 if a.id == 6 else 3} |" in md  # train and eval tables
+    assert f"Not counted (training not finished): {killed} (7 of 10 steps)." in md
+    assert json.loads((dest / "summary.json").read_text())["partial"] == {killed: 7}
     assert "| base model | 1 |" in md and "train-form p@16" in md
     rows = {(r["pair"], r["metric"]): r for r in json.loads((dest / "summary.json").read_text())["differences"]}
     big = rows[("4 ta-grpo − 1 grpo", "heldout-form pass@1")]
@@ -268,7 +278,7 @@ def test_summarize_on_synthetic_runs(doc, tmp_path):
     s = json.loads((dest / "summary.json").read_text())["runs"]["a1-grpo-s0"]
     assert s["wall_s"] == 42.0 and s["train"]["train_s"] == 20.0 and s["train"]["sampled_tokens"] == 1000
     assert s["train"]["late_entropy"] == pytest.approx(0.4) and s["train"]["late_diversity"] == pytest.approx(0.3)
-    assert SUM.main(["--out", str(out), "--dest", str(dest), "--pilot"]) == 0  # no pilot runs: a table of dashes
+    assert SUM.main(["--out", str(out), "--dest", str(dest), "--study", str(study), "--pilot"]) == 0  # no pilot runs: a table of dashes
     assert "d1-lr1e-5" in (dest / "pilot.md").read_text()
 
 

@@ -73,15 +73,19 @@ def read_eval(path: Path) -> dict | None:
 def collect(doc: dict, layout: S.Layout) -> dict:
     times = json.loads(layout.times.read_text()) if layout.times.exists() else {}
     late = doc["study"]["late_fraction"]
-    runs = {}
+    runs, partial = {}, {}
     for job in S.jobs(doc):
-        train = train_summary(read_metrics(layout.run_dir(job)), late)
+        ms = read_metrics(layout.run_dir(job))
+        if ms and int(ms[-1]["step"]) < doc["train"]["steps"]:  # still training (or killed): not averaged in
+            partial[job.name] = int(ms[-1]["step"])
+            ms = []
+        train = train_summary(ms, late)
         ev = read_eval(layout.eval_out(job.name))
         if train is None and ev is None:
             continue
         wall = sum(seg["seconds"] for seg in times.get(f"train/{job.name}", []))
         runs[job.name] = {"arm": job.arm.id, "seed": job.seed, "train": train, "eval": ev, "wall_s": wall or None}
-    return {"base": read_eval(layout.eval_out("base")), "runs": runs}
+    return {"base": read_eval(layout.eval_out("base")), "runs": runs, "partial": partial}
 
 
 def cell(vals, digits: int = 3) -> str:
@@ -196,6 +200,9 @@ def render(doc: dict, data: dict, diffs: list[dict]) -> str:
     lines = ["# Evidence 2: summary", "", *validity_lines(doc, data), "",
              f"## Training, late (last {doc['study']['late_fraction']:.0%} of steps; mean ± sd over seeds)", "",
              *train_table(doc, data), "",
+             *([("Not counted (training not finished): "
+                 + ", ".join(f"{k} ({v} of {doc['train']['steps']} steps)" for k, v in sorted(data["partial"].items())) + "."), ""]
+               if data.get("partial") else []),
              ("Uniform fractions: q0 view = q0's G rewards all equal; family view = all (N+1)·G equal (GRPO: the same). "
              "Entropy is over the trained rows only (uniform groups are skipped). Sampled tokens and train s cover the "
              "whole run (sum of step times); wall s is the driver's clock (loading, checkpoints included)."), "",
@@ -265,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     diffs = paired_diffs(doc, data)
     md = render(doc, data, diffs)
     (args.dest / "summary.md").write_text(md)
-    (args.dest / "summary.json").write_text(json.dumps({"base": data["base"], "runs": data["runs"], "differences": diffs},
+    (args.dest / "summary.json").write_text(json.dumps({"base": data["base"], "runs": data["runs"], "partial": data["partial"], "differences": diffs},
                                                        indent=1, allow_nan=False, default=float) + "\n")
     print(md)
     if not args.no_report:
