@@ -105,21 +105,22 @@ def _reference_logits(model, seqs, pad_id):
         return model(input_ids=ids, attention_mask=att, position_ids=pos, logits_to_keep=1).logits[:, -1]
 
 
-def _prefill(model, prompts, pad_id, chunk, bucket=16):
+def _prefill(model, prompts, pad_id, chunk, bucket=16, packed=None):
     ids, att, pos = left_pad(prompts, pad_id)  # (b, L) each
     with torch.no_grad():
         out = model(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=True)
-    fd = FastDecoder(model, chunk=chunk, bucket=bucket)
+    fd = FastDecoder(model, chunk=chunk, bucket=bucket, packed=packed)
     fd.load(output_cache(out), att)
     return fd, out.logits[:, -1], pos[:, -1] + 1
 
 
-def _check_decode(model, prompts, pad_id, steps=20, chunk=4, drops=None, seed=0, bucket=16):
+def _check_decode(model, prompts, pad_id, steps=20, chunk=4, drops=None, seed=0, bucket=16, packed=None,
+                  atol=ATOL, rtol=RTOL):
     """Decode `steps` random tokens with FastDecoder and compare every step's logits with the
     model's forward on the whole sequence so far. `drops`: {step: rows (of the original batch) to
     keep from that step on}, applied with select_rows."""
-    fd, logits, next_pos = _prefill(model, prompts, pad_id, chunk, bucket)
-    torch.testing.assert_close(logits, _reference_logits(model, prompts, pad_id), atol=ATOL, rtol=RTOL)
+    fd, logits, next_pos = _prefill(model, prompts, pad_id, chunk, bucket, packed)
+    torch.testing.assert_close(logits, _reference_logits(model, prompts, pad_id), atol=atol, rtol=rtol)
     g = torch.Generator().manual_seed(seed)
     seqs = [list(p) for p in prompts]
     live = list(range(len(prompts)))  # original rows still in the decoder, in its order
@@ -136,7 +137,7 @@ def _check_decode(model, prompts, pad_id, steps=20, chunk=4, drops=None, seed=0,
         next_pos = next_pos + 1
         want = _reference_logits(model, [seqs[r] for r in live], pad_id)
         assert got.shape == want.shape
-        torch.testing.assert_close(got, want, atol=ATOL, rtol=RTOL, msg=lambda m, t=t: f"step {t}: {m}")
+        torch.testing.assert_close(got, want, atol=atol, rtol=rtol, msg=lambda m, t=t: f"step {t}: {m}")
         capacities.add(fd.keys[0].shape[2])
         assert fd.keys[0].shape[0] == fd.mask.shape[0] == _padded_rows(len(live))
     return capacities
@@ -454,20 +455,63 @@ needs_onednn_bf16 = pytest.mark.skipif(not decode.can_pack(torch.nn.Linear(2, 2)
 @needs_onednn_bf16
 @pytest.mark.parametrize("kind", ["llama", "qwen2"])  # qwen2: q/k/v biases
 def test_packed_products_equal_plain_bf16_products_bit_for_bit(models, kind):
+    """Every projection and the lm_head is packed once; a layer's q|k|v and gate|up as one
+    product each, whose columns equal each projection's own product bit for bit."""
     import torch.nn.functional as F
 
     model = _bf16(models[kind])
     packed = decode.pack_linears(model, rows=16)
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
-    assert set(packed) == {id(m) for m in linears}  # every projection and the lm_head
+    assert sorted(map(id, decode.packed_modules(packed))) == sorted(map(id, linears))  # each once
+    layers = model.model.layers
+    assert set(packed) == {id(m) for layer in layers for m in (layer.self_attn, layer.mlp, layer.self_attn.o_proj,
+                                                               layer.mlp.down_proj)} | {id(model.lm_head)}
     fd = FastDecoder(model, packed=packed)
     g = torch.Generator().manual_seed(0)
     for rows in (1, 3, 8, 16, 33):
-        for m in linears:
-            x = torch.randn(rows, m.in_features, generator=g).to(torch.bfloat16)
-            assert torch.equal(fd._linear(x, m), F.linear(x, m.weight, m.bias))
+        x = torch.randn(rows, model.config.hidden_size, generator=g).to(torch.bfloat16)
+        for layer in layers:
+            a, mlp = layer.self_attn, layer.mlp
+            assert torch.equal(fd._fused(x, a), torch.cat([F.linear(x, m.weight, m.bias) for m in (a.q_proj, a.k_proj, a.v_proj)], 1))
+            assert torch.equal(fd._fused(x, mlp), torch.cat([F.linear(x, m.weight) for m in (mlp.gate_proj, mlp.up_proj)], 1))
+            for m in (a.o_proj, mlp.down_proj):
+                xi = torch.randn(rows, m.in_features, generator=g).to(torch.bfloat16)
+                assert torch.equal(fd._linear(xi, m), F.linear(xi, m.weight, m.bias))
+        assert torch.equal(fd._linear(x, model.lm_head), F.linear(x, model.lm_head.weight))
 
 
+@needs_onednn_bf16
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "qwen3"])
+def test_bf16_packed_step_matches_the_models_bf16_forward(models, tok, kind, monkeypatch):
+    """The bf16 decode step as the engine runs it (packed and fused products, rotation of q and
+    k together, attention over the whole buffer): every step's logits equal transformers' bf16
+    forward up to bf16 rounding (2e-2), with growth and dropped rows, and the
+    attention reads the buffer's full width (fp32 reads a bucketed width: the test above)."""
+    import tagrpo.rollout.decode as D
+
+    widths, caps = [], []
+    real = D.F.softmax
+
+    def spy(x, *a, **k):
+        widths.append(x.shape[-1])
+        return real(x, *a, **k)
+
+    monkeypatch.setattr(D.F, "softmax", spy)
+    model = _bf16(models[kind])
+    prompts = _random_prompts(6, model.config.vocab_size, seed=9)
+    packed = decode.pack_linears(model, rows=16)
+    real_step = FastDecoder.step
+
+    def step_spy(self, *a, **kw):
+        caps.append(self.keys[0].shape[2] if self.length < self.keys[0].shape[2] else self.keys[0].shape[2] + self.chunk)
+        return real_step(self, *a, **kw)
+
+    monkeypatch.setattr(FastDecoder, "step", step_spy)
+    _check_decode(model, prompts, tok.pad_token_id, steps=14, chunk=5, drops={7: [4, 2, 0]}, packed=packed,
+                  atol=2e-2, rtol=2e-2)
+    n_layers = model.config.num_hidden_layers
+    assert widths == [c for c in caps for _ in range(n_layers)]  # every layer of every step: the whole buffer
+    assert len(set(widths)) == 3  # 14 steps, chunk 5: two growths
 @needs_onednn_bf16
 def test_engine_packs_for_a_bf16_call_uses_the_packed_weights_and_frees_them(models, tok, monkeypatch):
     model = copy.deepcopy(models["llama"])

@@ -15,11 +15,13 @@ with the keys and values written in place into buffers that grow in chunks of `c
 and one additive padding mask. Prefill stays in transformers (any attention kernel, shared
 prompts); its cache is copied into the buffers once.
 
-The attention reads the buffers in widths rounded up to a multiple of `bucket` (16) positions,
-the ones not written yet masked and zero: their probabilities are exactly 0. oneDNN (bf16
-matmuls) compiles and caches a kernel for every distinct shape, about 0.5-1 MB of resident heap
-each (300 attention shapes of a 16-row SmolLM2 step: +320 MB, +154 MB with its primitive cache
-off); a width at every token made hundreds of them a rollout, 16x fewer now.
+The attention reads more positions than are filled, the ones not written yet masked and zero:
+their probabilities are exactly 0. In float32 (MKL) it reads the filled width rounded up to a
+multiple of `bucket` (16). In bf16 (oneDNN) it reads the whole buffer: oneDNN compiles and caches a
+kernel for every distinct shape, about 0.5-1 MB of resident heap each (300 attention shapes of a
+16-row SmolLM2 step: +320 MB, +154 MB with its primitive cache off), and copies a buffer's
+narrower slice before every product; the whole buffer is contiguous and changes width once per
+`chunk` tokens.
 
 Covered: Llama (SmolLM2), Mistral without sliding window, Qwen2, Qwen3 (q/k norms), with GQA,
 biases, tied embeddings and any rotary scaling (the model's own rotary module makes cos/sin).
@@ -32,11 +34,15 @@ step, 22 ms with the weights packed once). `pack_linears(model)` packs every wei
 uses into oneDNN's layout (`torch.ops.mkldnn._reorder_linear_weight`, what inductor's CPU
 freezing does; ~0.1 s for the model), and the step runs `_linear_pointwise` on them: the same
 numbers as `F.linear` on the bf16 weights, bit for bit (tested); sampled tokens/s 1.17-1.21x
-the unpacked step's (benchmarks/rollout/RESULTS.md, session 6). The engine packs once per
-`generate` call (the weights change between calls) and frees the packed copy at its end.
+the unpacked step's (benchmarks/rollout/RESULTS.md, session 6). Each layer's q, k, v projections
+are packed side by side as one product, gate and up as another (fewer, larger products). The
+engine packs once per `generate` call (the weights change between calls) and frees the packed
+copy at its end.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -93,9 +99,17 @@ def _rms(x, norm):
     return norm.weight * h.to(x.dtype)
 
 
-def _rotate_half(x):
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+def _signed_sin(sin):
+    """sin with its first half negated: `_rope`'s form of transformers' rotate_half."""
+    half = sin.shape[-1] // 2
+    return torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+
+
+def _rope(x, cos, signed_sin):
+    """transformers' x * cos + rotate_half(x) * sin, with rotate_half(x) = (-x2, x1) written as
+    roll(x) = (x2, x1) times the sign folded into sin: the same products (a sign flip is exact),
+    two ops fewer per call."""
+    return x * cos + torch.roll(x, x.shape[-1] // 2, dims=-1) * signed_sin
 
 
 class FastDecoder:
@@ -108,7 +122,7 @@ class FastDecoder:
             raise ValueError(f"FastDecoder does not cover {reason}; use the model's own forward")
         self.model, self.chunk = model, chunk
         self.bucket = bucket  # attention reads the cache in widths rounded up to a multiple of this
-        self.packed = packed or {}  # id(nn.Linear) -> its weight in oneDNN's layout (pack_linears)
+        self.packed = packed or {}  # id(module) -> Packed: weights in oneDNN's layout (pack_linears)
         inner = model.model
         self.layers = list(inner.layers)
         cfg = model.config
@@ -181,44 +195,74 @@ class FastDecoder:
         inner = self.model.model
         x = inner.embed_tokens(tokens)  # (b, h)
         cos, sin = inner.rotary_emb(x, position_ids=positions[:, None])  # (b, 1, d) each
-        cos, sin = cos[:, None], sin[:, None]  # (b, 1, 1, d)
+        cos, sin = cos[:, None], _signed_sin(sin[:, None])  # (b, 1, 1, d) each; see _rope
         self.mask[..., t] = 0.0  # the new token's position is real in every row
-        w = min(round_up(t + 1, self.bucket), self.keys[0].shape[2])  # width read (module docstring: bucketed widths)
+        w = self._width(t)  # positions the attention reads (module docstring: widths)
         mask = self.mask[..., :w]  # (b, 1, 1, w): positions t+1.. w-1 masked, their keys and values zero
-        groups = self.heads // self.kv_heads
+        groups, nq, nk = self.heads // self.kv_heads, self.heads * self.head_dim, self.kv_heads * self.head_dim
         for i, layer in enumerate(self.layers):
             attn = layer.self_attn
             h = _rms(x, layer.input_layernorm)  # (b, h)
-            q = self._linear(h, attn.q_proj).reshape(b, 1, self.heads, self.head_dim)  # (b, 1, H, d)
-            k = self._linear(h, attn.k_proj).reshape(b, 1, self.kv_heads, self.head_dim)  # (b, 1, KVH, d)
-            v = self._linear(h, attn.v_proj).reshape(b, 1, self.kv_heads, self.head_dim)
+            qkv = self._fused(h, attn)  # (b, nq + 2 nk) when q, k, v are packed as one product, else None
+            if qkv is None:
+                q, k, v = self._linear(h, attn.q_proj), self._linear(h, attn.k_proj), self._linear(h, attn.v_proj)
+            else:
+                q, k, v = qkv[:, :nq], qkv[:, nq : nq + nk], qkv[:, nq + nk :]
+            v = v.reshape(b, self.kv_heads, 1, self.head_dim)  # (b, KVH, 1, d)
             if hasattr(attn, "q_norm"):  # Qwen3: RMSNorm over the head dimension
-                q, k = _rms(q, attn.q_norm), _rms(k, attn.k_norm)
-            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (b, heads, 1, d)
-            q = q * cos + _rotate_half(q) * sin
-            k = k * cos + _rotate_half(k) * sin
+                q = _rope(_rms(q.reshape(b, self.heads, 1, self.head_dim), attn.q_norm), cos, sin)  # (b, H, 1, d)
+                k = _rope(_rms(k.reshape(b, self.kv_heads, 1, self.head_dim), attn.k_norm), cos, sin)  # (b, KVH, 1, d)
+            elif qkv is not None:  # q and k side by side in one tensor: one rotation for both
+                qk = _rope(qkv[:, : nq + nk].reshape(b, self.heads + self.kv_heads, 1, self.head_dim), cos, sin)
+                q, k = qk[:, : self.heads], qk[:, self.heads :]  # (b, H, 1, d), (b, KVH, 1, d)
+            else:
+                q = _rope(q.reshape(b, self.heads, 1, self.head_dim), cos, sin)
+                k = _rope(k.reshape(b, self.kv_heads, 1, self.head_dim), cos, sin)
             self.keys[i][:, :, t : t + 1] = k
             self.values[i][:, :, t : t + 1] = v
             keys = self.keys[i][:, :, :w]  # (b, KVH, w, d)
             values = self.values[i][:, :, :w]
             qg = q.reshape(b, self.kv_heads, groups, self.head_dim)  # (b, KVH, g, d): query heads of one kv head
             scores = torch.matmul(qg, keys.transpose(2, 3)) * self.scaling + mask  # (b, KVH, g, w)
-            probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
-            out = torch.matmul(probs, values).reshape(b, self.heads * self.head_dim)  # (b, H*d)
+            probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(qg.dtype)
+            out = torch.matmul(probs, values).reshape(b, nq)  # (b, H*d)
             x = x + self._linear(out, attn.o_proj)
             h = _rms(x, layer.post_attention_layernorm)
             mlp = layer.mlp
-            x = x + self._linear(F.silu(self._linear(h, mlp.gate_proj)) * self._linear(h, mlp.up_proj), mlp.down_proj)
+            gu = self._fused(h, mlp)  # (b, 2 I) when gate and up are packed as one product, else None
+            if gu is None:
+                act = F.silu(self._linear(h, mlp.gate_proj)) * self._linear(h, mlp.up_proj)
+            else:
+                half = gu.shape[1] // 2
+                act = F.silu(gu[:, :half]) * gu[:, half:]
+            x = x + self._linear(act, mlp.down_proj)
         self.length = t + 1
         logits = self._linear(_rms(x, inner.norm), self.model.lm_head)  # (b, V)
         return logits.contiguous() if live is None else logits[live]  # (m, V) in the caller's order
 
+    def _width(self, t: int) -> int:
+        """Cache positions the attention reads at step position t. A float32 cache (MKL's
+        products): t + 1 rounded up to `bucket`. Any other dtype (oneDNN): the whole buffer,
+        which is contiguous, where a narrower slice of it is copied by every product of every
+        layer (SmolLM2-135M, bf16, 16 rows: 30 layers of attention 226 -> 167 us each, and the
+        buffer's width changes once every `chunk` tokens, so still fewer oneDNN kernels)."""
+        cap = self.keys[0].shape[2]
+        if self.keys[0].dtype != torch.float32:
+            return cap
+        return min(round_up(t + 1, self.bucket), cap)
+
+    def _fused(self, x: torch.Tensor, module) -> torch.Tensor | None:
+        """The outputs of a module's projections as one product (attention: q|k|v, MLP:
+        gate|up) when pack_linears packed them together, else None."""
+        p = self.packed.get(id(module))
+        return None if p is None else torch.ops.mkldnn._linear_pointwise(x, p.weight, p.bias, "none", [], "")
+
     def _linear(self, x: torch.Tensor, layer: torch.nn.Linear) -> torch.Tensor:
         """layer(x): on its oneDNN-packed weight when there is one (pack_linears), else `_linear`."""
-        w = self.packed.get(id(layer))
-        if w is None:
+        p = self.packed.get(id(layer))
+        if p is None:
             return _linear(x, layer)
-        return torch.ops.mkldnn._linear_pointwise(x, w, layer.bias, "none", [], "")  # (b, out)
+        return torch.ops.mkldnn._linear_pointwise(x, p.weight, p.bias, "none", [], "")  # (b, out)
 
 
 def can_pack(model) -> bool:
@@ -231,21 +275,63 @@ def can_pack(model) -> bool:
         return False
 
 
+@dataclass(frozen=True)
+class Packed:
+    """A weight in oneDNN's layout: one nn.Linear's, or several side by side (their outputs
+    concatenated, in `modules` order), with the matching bias (None: no bias)."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+    modules: tuple
+
+
+def packed_modules(packed: dict) -> list:
+    """Every nn.Linear whose weight has a packed form in `packed` (pack_linears)."""
+    return [m for p in packed.values() for m in p.modules]
+
+
+_FUSED = {"self_attn": ("q_proj", "k_proj", "v_proj"), "mlp": ("gate_proj", "up_proj")}
+
+
 @torch.no_grad()
 def pack_linears(model, rows: int = 16, release=None) -> dict:
-    """id(nn.Linear) -> its weight packed for oneDNN (a hint of `rows` rows; any row count runs)
-    for every projection of the decode step and the lm_head; {} where `can_pack` is False.
-    `release(module)`, when given, is called on each module right after its weight is packed (the
-    engine's lean mode frees the bf16 weight there, so the two forms never all exist at once)."""
+    """id(module) -> Packed (a hint of `rows` rows; any row count runs) for every projection of
+    the decode step and the lm_head; {} where `can_pack` is False. Each layer's q, k and v
+    projections are packed as one product keyed by its attention module, gate and up as one
+    keyed by its MLP (SmolLM2-135M, 16 rows: 30 layers of these products 11.1 -> 9.1 ms, the same
+    numbers here: oneDNN computes each output from the same row and column either way); o, down
+    and the lm_head alone, keyed by themselves. `release(module)`, when given, is called on each
+    nn.Linear right after its weight is packed (the engine's lean mode frees the bf16 weight
+    there, so the two forms never all exist at once)."""
     if not can_pack(model):
         return {}
-    inner = model.model
-    parts = [_get(layer, name) for layer in inner.layers for name in _LAYER_PARTS if name.endswith("_proj")]
+    groups: list = []  # (key module, its linears)
+    for layer in model.model.layers:
+        for parent, names in _FUSED.items():
+            mod = getattr(layer, parent)
+            parts = tuple(getattr(mod, n) for n in names)
+            if len({p.bias is None for p in parts}) == 1:  # all with a bias or all without
+                groups.append((mod, parts))
+            else:
+                groups += [(p, (p,)) for p in parts]
+        groups += [(layer.self_attn.o_proj, (layer.self_attn.o_proj,)), (layer.mlp.down_proj, (layer.mlp.down_proj,))]
+    groups.append((model.lm_head, (model.lm_head,)))
     packed = {}
-    for m in [*parts, model.lm_head]:
-        packed[id(m)] = torch.ops.mkldnn._reorder_linear_weight(m.weight, rows)
+    # the fused weights are put side by side in one buffer reused for every group (no per-layer
+    # temporaries left as holes in a heap that keeps freed memory)
+    size = max((sum(p.weight.numel() for p in parts) for _, parts in groups if len(parts) > 1), default=0)
+    buf = model.lm_head.weight.new_empty(size)
+    for key, parts in groups:
+        if len(parts) == 1:
+            weight = parts[0].weight
+        else:
+            shape = (sum(p.out_features for p in parts), parts[0].in_features)
+            weight = torch.cat([p.weight for p in parts], out=buf[: shape[0] * shape[1]].view(shape))
+        bias = parts[0].bias if len(parts) == 1 or parts[0].bias is None else torch.cat([p.bias for p in parts])
+        packed[id(key)] = Packed(torch.ops.mkldnn._reorder_linear_weight(weight, rows), bias, parts)
         if release is not None:
-            release(m)
+            for p in parts:
+                release(p)
     return packed
 
 

@@ -46,7 +46,7 @@ from tagrpo.rollout.batching import (
     select_rows,
     width_multiple,
 )
-from tagrpo.rollout.decode import FastDecoder, pack_linears, unsupported_reason
+from tagrpo.rollout.decode import FastDecoder, pack_linears, packed_modules, unsupported_reason
 
 DTYPES = ("fp32", "bf16")
 __all__ = ["DTYPES", "HFGenerateEngine", "cache_kwarg", "sample_tokens"]
@@ -151,7 +151,7 @@ class HFGenerateEngine:
             release = (lambda m: self._free_packed_weights(model, [m])) if free else None
             self._packed = pack_linears(model, rows=rows, release=release)
         elif free and self._packed:
-            self._free_packed_weights(model, [m for m in model.modules() if id(m) in self._packed])
+            self._free_packed_weights(model, packed_modules(self._packed))
 
     def _free_packed_weights(self, model, modules) -> None:
         """Free the bf16 copy's weights of these packed modules (projections; the lm_head unless it
