@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-import yaml
 
 E2 = Path(__file__).resolve().parents[1] / "benchmarks" / "evidence2"
 sys.path.insert(0, str(E2))
