@@ -9,7 +9,8 @@ Prints the median ms a step per tree and whether the last step's logits are bit-
     git worktree add /tmp/base REV
     .venv/bin/python benchmarks/rollout/step_ab.py --before /tmp/base/src --after src --out FILE.json
 
-CPUs with bf16 units only (oneDNN bf16 kernels). Run it on a quiet machine.
+bf16 needs a CPU with bf16 units (oneDNN bf16 kernels); `--dtype fp32` runs the float32 step
+(MKL products, nothing packed). Run it on a quiet machine.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ def main() -> None:
     ap.add_argument("--after", default="src")
     ap.add_argument("--steps", type=int, default=48)
     ap.add_argument("--reps", type=int, default=4)
+    ap.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16", help="fp32: MKL products, nothing packed")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
     torch.set_num_threads(2)
@@ -59,8 +61,8 @@ def main() -> None:
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     for p in model.parameters():
         p.requires_grad_(False)
-        p.data = p.data.to(torch.bfloat16)
-    doc = {"cpu": cpu_name(), "commit": commit(), "command": " ".join(sys.argv), "when": time.strftime("%Y-%m-%d %H:%M"),
+        p.data = p.data.to(torch.bfloat16 if a.dtype == "bf16" else torch.float32)
+    doc = {"cpu": cpu_name(), "commit": commit(), "command": " ".join(sys.argv), "dtype": a.dtype, "when": time.strftime("%Y-%m-%d %H:%M"),
            "torch": torch.__version__, "rows": {}}
     for q in (4, 8):
         prompts = workload(tok, q, 4)
