@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from tagrpo.models.tiny import make_tiny_model, make_tiny_tokenizer
-from tagrpo.rollout import HFGenerateEngine, SamplingParams, decode
+from tagrpo.rollout import HFGenerateEngine, SamplingParams, decode, packing
 from tagrpo.rollout.batching import left_pad, output_cache
 from tagrpo.rollout.decode import FastDecoder, _pad_index, _padded_rows, unsupported_reason
 
@@ -444,11 +444,11 @@ def _bf16(model):
 
 
 def test_packing_applies_only_to_bf16_weights_on_a_cpu(models):
-    assert not decode.can_pack(models["llama"])  # fp32: plain products, nothing packed
-    assert decode.pack_linears(models["llama"]) == {}
+    assert not packing.can_pack(models["llama"])  # fp32: plain products, nothing packed
+    assert packing.pack_linears(models["llama"]) == {}
 
 
-needs_onednn_bf16 = pytest.mark.skipif(not decode.can_pack(torch.nn.Linear(2, 2).to(torch.bfloat16)),
+needs_onednn_bf16 = pytest.mark.skipif(not packing.can_pack(torch.nn.Linear(2, 2).to(torch.bfloat16)),
                                        reason="this CPU's oneDNN has no bf16 kernels (no bf16 units)")
 
 
@@ -460,9 +460,9 @@ def test_packed_products_equal_plain_bf16_products_bit_for_bit(models, kind):
     import torch.nn.functional as F
 
     model = _bf16(models[kind])
-    packed = decode.pack_linears(model, rows=16)
+    packed = packing.pack_linears(model, rows=16)
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
-    assert sorted(map(id, decode.packed_modules(packed))) == sorted(map(id, linears))  # each once
+    assert sorted(map(id, packing.packed_modules(packed))) == sorted(map(id, linears))  # each once
     layers = model.model.layers
     assert set(packed) == {id(m) for layer in layers for m in (layer.self_attn, layer.mlp, layer.self_attn.o_proj,
                                                                layer.mlp.down_proj)} | {id(model.lm_head)}
@@ -499,7 +499,7 @@ def test_bf16_packed_step_matches_the_models_bf16_forward(models, tok, kind, mon
     monkeypatch.setattr(D.F, "softmax", spy)
     model = _bf16(models[kind])
     prompts = _random_prompts(6, model.config.vocab_size, seed=9)
-    packed = decode.pack_linears(model, rows=16)
+    packed = packing.pack_linears(model, rows=16)
     real_step = FastDecoder.step
 
     def step_spy(self, *a, **kw):

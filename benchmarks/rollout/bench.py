@@ -85,7 +85,7 @@ def run_engine(model, tok, prompts, reps: int, max_new: int, dtype: str = "fp32"
 
     params = SamplingParams(max_new_tokens=max_new, temperature=0.6, top_p=1.0, do_sample=True)
     engine = HFGenerateEngine(model, tok, max_batch_size=64, dtype=dtype)  # bf16: the trainer's bf16 rollout copy
-    # bf16: also the fast decoder without its oneDNN-packed weights (decode.pack_linears)
+    # bf16: also the fast decoder without its oneDNN-packed weights (rollout/packing.py)
     arms = [("before", False, True), ("after", True, True)] + ([("after-unpacked", True, False)] if dtype == "bf16" else [])
     res: dict[str, list] = {name: [] for name, *_ in arms}
     tokens: dict[str, list] = {}

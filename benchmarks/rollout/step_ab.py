@@ -32,12 +32,22 @@ from bench import workload  # benchmarks/rollout/bench.py
 from machine import commit, cpu_name  # benchmarks/machine.py
 
 
-def load_decode(src: str, name: str):
-    spec = importlib.util.spec_from_file_location(name, Path(src) / "tagrpo" / "rollout" / "decode.py")
+def load_module(src: str, stem: str, name: str):
+    """tagrpo/rollout/<stem>.py of the tree `src`, as module `name`."""
+    spec = importlib.util.spec_from_file_location(name, Path(src) / "tagrpo" / "rollout" / f"{stem}.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod  # dataclasses look their module up
     spec.loader.exec_module(mod)
     return mod
+
+
+def load_tree(src: str, name: str):
+    """(decode module, its pack_linears) of the tree `src` (older trees keep pack_linears in decode.py)."""
+    dec = load_module(src, "decode", f"{name}_decode")
+    pack = getattr(dec, "pack_linears", None)
+    if pack is None:
+        pack = load_module(src, "packing", f"{name}_packing").pack_linears
+    return dec, pack
 
 
 def main() -> None:
@@ -55,7 +65,7 @@ def main() -> None:
     from tagrpo.models import embedded_model_dir
     from tagrpo.rollout.batching import left_pad, output_cache
 
-    trees = {"before": load_decode(a.before, "decode_before"), "after": load_decode(a.after, "decode_after")}
+    trees = {"before": load_tree(a.before, "before"), "after": load_tree(a.after, "after")}
     path = embedded_model_dir()
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
@@ -70,12 +80,12 @@ def main() -> None:
         with torch.no_grad():
             out = model(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=True)
         cache = output_cache(out)
-        packs = {name: mod.pack_linears(model, rows=16) for name, mod in trees.items()}
+        packs = {name: pack(model, rows=16) for name, (_, pack) in trees.items()}
         ms: dict[str, list] = {name: [] for name in trees}
         last = {}
         for _ in range(a.reps):
-            for name, mod in trees.items():
-                fd = mod.FastDecoder(model, packed=packs[name])
+            for name, (dec, _) in trees.items():
+                fd = dec.FastDecoder(model, packed=packs[name])
                 fd.load(copy.deepcopy(cache), att)
                 tokens, p = torch.full((len(prompts),), 28, dtype=torch.long), pos[:, -1] + 1  # (b,) each
                 t = time.perf_counter()

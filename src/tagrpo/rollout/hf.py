@@ -46,7 +46,8 @@ from tagrpo.rollout.batching import (
     select_rows,
     width_multiple,
 )
-from tagrpo.rollout.decode import FastDecoder, pack_linears, packed_modules, unsupported_reason
+from tagrpo.rollout.decode import FastDecoder, unsupported_reason
+from tagrpo.rollout.packing import pack_linears, packed_modules
 
 DTYPES = ("fp32", "bf16")
 __all__ = ["DTYPES", "HFGenerateEngine", "cache_kwarg", "sample_tokens"]
@@ -88,7 +89,7 @@ class HFGenerateEngine:
         self.share_prompts = share_prompts
         self.dtype = dtype
         self.fast_decode = fast_decode  # None: on a CPU, for the architectures rollout/decode.py covers
-        self.prepack = prepack  # the fast decoder's bf16 weights packed for oneDNN once per call (decode.pack_linears)
+        self.prepack = prepack  # the fast decoder's bf16 weights packed for oneDNN once per call (packing.pack_linears)
         self._packed: dict = {}
         # lean: the bf16 copy's projection weights are freed once the call's last batch is
         # prefilled (its decode steps read only their packed form; `_after_prefill`) and cast
