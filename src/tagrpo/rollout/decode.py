@@ -245,14 +245,12 @@ class FastDecoder:
         """The outputs of a module's projections as one product (attention: q|k|v, MLP:
         gate|up) when pack_linears packed them together, else None."""
         p = self.packed.get(id(module))
-        return None if p is None else torch.ops.mkldnn._linear_pointwise(x, p.weight, p.bias, "none", [], "")
+        return None if p is None else p(x)
 
     def _linear(self, x: torch.Tensor, layer: torch.nn.Linear) -> torch.Tensor:
         """layer(x): on its oneDNN-packed weight when there is one (pack_linears), else `_linear`."""
         p = self.packed.get(id(layer))
-        if p is None:
-            return _linear(x, layer)
-        return torch.ops.mkldnn._linear_pointwise(x, p.weight, p.bias, "none", [], "")  # (b, out)
+        return _linear(x, layer) if p is None else p(x)  # (b, out)
 
 
 def _with_capacity(kv: torch.Tensor, cap: int) -> torch.Tensor:

@@ -38,6 +38,10 @@ class Packed:
     bias: torch.Tensor | None
     modules: tuple
 
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """x (b, in) -> (b, sum of the modules' outputs), the product on the packed weight."""
+        return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
+
 
 def packed_modules(packed: dict) -> list:
     """Every nn.Linear whose weight has a packed form in `packed` (pack_linears)."""
