@@ -255,7 +255,7 @@ class FastDecoder:
 
 def _with_capacity(kv: torch.Tensor, cap: int) -> torch.Tensor:
     """A (b, heads, cap, d) buffer whose first positions hold kv (b, heads, L, d), zeros after
-    (positions not written yet are read, masked, by the bucketed attention: they must be finite)."""
+    (positions not written yet are read, masked, by the attention (`_width`): they must be finite)."""
     buf = kv.new_empty((kv.shape[0], kv.shape[1], cap, kv.shape[3]))
     buf[:, :, : kv.shape[2]] = kv
     buf[:, :, kv.shape[2] :] = 0
