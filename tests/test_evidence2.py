@@ -329,8 +329,12 @@ def test_archived_results_are_restored_into_a_fresh_out_without_running(doc, tmp
         a.eval_out(job.name).parent.mkdir(parents=True, exist_ok=True)
         a.eval_out(job.name).write_text(json.dumps({"job": job.name}))
     a.eval_out("base").write_text(json.dumps({"job": "base"}))
+    seg = {f"train/{jobs[0].name}": [{"start": 0.0, "seconds": 12.5, "rc": 0}, {"start": 20.0, "seconds": 7.5, "rc": 0}],
+           f"eval/{jobs[0].name}": [{"start": 40.0, "seconds": 3.0, "rc": 0}]}
+    a.times.write_text(json.dumps({**seg, "train/other-run": [{"start": 1.0, "seconds": 99.0, "rc": 1}]}))
     monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: pytest.fail(f"a job was started: {a}"))
     assert RUN.main(["--out", str(a.out), "--arms", "1,2", "--seeds", "0", "--archive", str(arch)]) == 0
+    assert json.loads((arch / "times.json").read_text()) == seg  # the finished jobs' wall time, nothing else
     assert sorted(p.name for p in (arch / "runs").iterdir()) == sorted(j.name for j in jobs)
     assert not (arch / "runs" / jobs[0].name / "final").exists()  # no weights in the archive
     b = S.Layout((tmp_path / "b").resolve())
@@ -340,6 +344,10 @@ def test_archived_results_are_restored_into_a_fresh_out_without_running(doc, tmp
         assert json.loads(b.eval_out(job.name).read_text()) == {"job": job.name}
     assert json.loads(b.eval_out("base").read_text()) == {"job": "base"}
     assert "restored from" in (b.out / "logs" / "driver.log").read_text()
+    assert json.loads(b.times.read_text()) == seg  # summarize's "wall s" survives the move
+    for name in [j.name for j in jobs] + ["base"]:
+        b.eval_out(name).unlink()  # placeholders, not evaluation documents
+    assert SUM.collect(doc, b)["runs"][jobs[0].name]["wall_s"] == 20.0
     bad = {**S.run_settings(doc, jobs[0], a), "lr": 1.0}
     (arch / "runs" / jobs[0].name / "config.yaml").write_text(yaml.safe_dump(bad))
     c = tmp_path / "c"

@@ -173,9 +173,29 @@ def check_run_config(doc: dict, job: S.Job, layout: S.Layout, run_dir: Path) -> 
         raise S.StudyError(f"{run_dir} was made with other settings ({'; '.join(bad)}); move it away or restore study.yaml")
 
 
+def _merge_times(src: Path, dst: Path, keys: list[str]) -> None:
+    """Copy the wall-time segments of `keys` from one times.json to another (the destination's
+    own segments of those keys are replaced; its other keys are kept)."""
+    have = json.loads(src.read_text()) if src.exists() else {}
+    picked = {k: have[k] for k in keys if k in have}
+    if not picked:
+        return
+    out = json.loads(dst.read_text()) if dst.exists() else {}
+    out.update(picked)
+    tmp = dst.with_suffix(".tmp")
+    tmp.write_text(json.dumps(out, indent=1))
+    tmp.replace(dst)
+
+
+def _time_keys(name: str) -> list[str]:
+    return [f"train/{name}", f"eval/{name}"]
+
+
 def archive_result(layout: S.Layout, archive: Path, name: str, run_dir: Path | None) -> None:
-    """Copy a finished job's small results to `archive`: the run's ARCHIVED files (when run_dir)
-    and its evaluation JSON (when there is one)."""
+    """Copy a finished job's small results to `archive`: the run's ARCHIVED files (when run_dir),
+    its evaluation JSON (when there is one) and its wall-time segments (archive/times.json)."""
+    archive.mkdir(parents=True, exist_ok=True)
+    _merge_times(layout.times, archive / "times.json", _time_keys(name))
     if run_dir is not None:
         dst = archive / "runs" / name
         dst.mkdir(parents=True, exist_ok=True)
@@ -188,8 +208,8 @@ def archive_result(layout: S.Layout, archive: Path, name: str, run_dir: Path | N
 
 
 def restore_result(doc: dict, job: S.Job, layout: S.Layout, archive: Path, evaluate: bool) -> bool:
-    """Copy an archived run (and its evaluation) into OUT when it is complete: every step's
-    metrics, and the evaluation JSON if the study evaluates. Its settings must be the study's
+    """Copy an archived run (and its evaluation, and its wall time) into OUT when it is complete:
+    every step's metrics, and the evaluation JSON if the study evaluates. Its settings must be the study's
     (else StudyError, as for a run in OUT). Returns whether it was restored."""
 
     src, ev = archive / "runs" / job.name, archive / "eval" / f"{job.name}.json"
@@ -203,6 +223,7 @@ def restore_result(doc: dict, job: S.Job, layout: S.Layout, archive: Path, evalu
     if ev.is_file():
         layout.eval_out(job.name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ev, layout.eval_out(job.name))
+    _merge_times(archive / "times.json", layout.times, _time_keys(job.name))
     return True
 
 
