@@ -359,3 +359,25 @@ def test_lean_cpu_memory_trims_the_heap_after_every_backward_and_only_then(tmp_p
     assert len(trims) == (len(backwards) if lean else 0)
     if lean:  # one trim after each backward, before the next one
         assert backwards == list(range(len(backwards)))
+
+
+@pytest.mark.parametrize("algorithm", ["ta-grpo", "ta-grpo-unanchored", "grpo"])
+def test_logged_logprobs_split_on_policy_from_anchored_rows(tmp_path, algorithm):
+    """train/logp_on_policy and train/logp_anchored: the mean per-token log-prob before the
+    update, under the prompt each row is trained on; anchored = sampled for a neighbor, trained on q0."""
+    t = _trainer(tmp_path, f"algorithm={algorithm}", "skip_zero_adv=false")
+    before = copy.deepcopy(t.acc.unwrap_model(t.model)).eval()
+    m = t.train_step(0)
+    groups: dict[bool, list] = {False: [], True: []}
+    for s in t.last_update["samples"]:
+        anchored = algorithm == "ta-grpo" and s.variant > 0
+        prompt = s.anchor_prompt_ids if algorithm != "ta-grpo-unanchored" else s.gen_prompt_ids
+        groups[anchored].append(direct_logp(before, prompt, s.response_ids))
+    on = torch.cat(groups[False])
+    assert m["train/logp_on_policy"] == pytest.approx(float(on.mean()), abs=1e-4)
+    if algorithm == "ta-grpo":
+        anchored = torch.cat(groups[True])
+        assert m["train/logp_anchored"] == pytest.approx(float(anchored.mean()), abs=1e-4)
+        assert m["train/logp_anchored"] != pytest.approx(m["train/logp_on_policy"], abs=1e-3)
+    else:
+        assert m["train/logp_anchored"] != m["train/logp_anchored"]  # NaN: no anchored rows

@@ -36,6 +36,8 @@ HEALTH = (
     ("response/length_mean", "mean response length (tokens)", None),
     ("response/truncation_rate", "truncated responses", (0, 1)),
     ("actor/grad_norm", "gradient norm (before clipping)", None),
+    ("train/logp_on_policy", "log-prob/token, on-policy rows", None),
+    ("train/logp_anchored", "log-prob/token, anchored rows (under q0)", None),
 )
 
 

@@ -123,3 +123,22 @@ class MetricsLog:
     def close(self) -> None:
         if self.tb is not None:
             self.tb.close()
+
+
+def anchoring_metrics(logp: dict, anchored: list[bool], total=float) -> dict[str, float]:
+    """Mean per-token log-prob of the trained rows under the prompt each is trained on (the
+    update's first pass, `logp`: row -> (T,) tensor), apart for rows sampled from that prompt and
+    for TA-GRPO's anchored rows (sampled for a neighbor, trained on q0); NaN where there are none.
+    An anchored response's tokens were sampled for another prompt: the further its log-prob under
+    q0 falls below the on-policy rows', the larger its share of the gradient. `total` sums a
+    number over processes."""
+    sums = {False: [0.0, 0], True: [0.0, 0]}
+    for i, lp in logp.items():
+        acc = sums[anchored[i]]
+        acc[0] += float(lp.sum())
+        acc[1] += lp.numel()
+    out = {}
+    for key, flag in (("train/logp_on_policy", False), ("train/logp_anchored", True)):
+        s, n = total(sums[flag][0]), total(sums[flag][1])
+        out[key] = s / n if n else float("nan")
+    return out

@@ -29,6 +29,7 @@ from tagrpo.train import logprobs as lp
 from tagrpo.train import packing
 from tagrpo.train.batch import Sample, training_prompt
 from tagrpo.train.config import TrainConfig
+from tagrpo.train.metrics import anchoring_metrics
 
 RATE_KEYS = ("loss/clipfrac", "loss/clipfrac_low", "loss/clipfrac_high", "loss/approx_kl", "loss/ratio_mean")
 LOSS_KEYS = ("loss/policy", "loss/kl", "loss/total")
@@ -276,6 +277,7 @@ def ppo_update(learner: Learner, samples: list[Sample], cfg: TrainConfig) -> Upd
     m["loss/ratio_max"] = sums.get("loss/ratio_max", 1.0)
     m["actor/grad_norm"] = sum(grad_norms) / len(grad_norms) if grad_norms else float("nan")
     m["actor/entropy"] = ent_sum / ent_w if ent_w else float("nan")  # over the trained rows
+    m.update(anchoring_metrics(res.logp, [s.gen_prompt_ids != r[0] for s, r in zip(samples, rows)], learner.global_sum))
     m["train/tokens"] = learner.global_sum(sum(len(p) + len(r) for p, r, _ in rows))
     m["train/rows_skipped_zero_adv"] = learner.global_sum(sum(len(mi) - len(t) for mi, t in zip(minis, trained)))
     m["train/computed_tokens_fwd_bwd"] = learner.global_sum(counter["fwd_bwd"])
