@@ -132,13 +132,13 @@ def anchoring_metrics(logp: dict, anchored: list[bool], total=float) -> dict[str
     An anchored response's tokens were sampled for another prompt: the further its log-prob under
     q0 falls below the on-policy rows', the larger its share of the gradient. `total` sums a
     number over processes."""
-    sums = {False: [0.0, 0], True: [0.0, 0]}
+    groups: dict[bool, list] = {False: [], True: []}
     for i, lp in logp.items():
-        acc = sums[anchored[i]]
-        acc[0] += float(lp.sum())
-        acc[1] += lp.numel()
+        groups[anchored[i]].append(lp)
     out = {}
     for key, flag in (("train/logp_on_policy", False), ("train/logp_anchored", True)):
-        s, n = total(sums[flag][0]), total(sums[flag][1])
+        rows = groups[flag]  # one sum per group: one device sync, not one per row
+        s = total(float(torch.cat(rows).sum()) if rows else 0.0)
+        n = total(sum(lp.numel() for lp in rows))
         out[key] = s / n if n else float("nan")
     return out
