@@ -252,6 +252,8 @@ def test_summarize_on_synthetic_runs(doc, tmp_path):
                           "uniform/family": ac / 2, "uniform/family_all_correct": ac / 2, "uniform/family_all_wrong": 0.0,
                           "reward/mean": 0.5, "reward/variant_0/mean": 0.5 + 0.01 * job.seed, "actor/entropy": float("nan") if t == 10 else 0.4,
                           "time/step": 2.0, "time/generate": 1.0, "time/train": 1.0, "perf/sampled_tokens": 100.0 * t,
+                          "actor/grad_norm": float(t), "response/length_mean": 30.0,
+                          **({"train/logp_anchored": -1.0 - 0.1 * t} if job.arm.id == 4 else {}),
                           **({"diversity/mean_pairwise_distance": 0.3} if t % 4 == 0 else {})})
         (rdir / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in lines))
         if job.name == killed:
@@ -277,6 +279,10 @@ def test_summarize_on_synthetic_runs(doc, tmp_path):
     s = json.loads((dest / "summary.json").read_text())["runs"]["a1-grpo-s0"]
     assert s["wall_s"] == 42.0 and s["train"]["train_s"] == 20.0 and s["train"]["sampled_tokens"] == 1000
     assert s["train"]["late_entropy"] == pytest.approx(0.4) and s["train"]["late_diversity"] == pytest.approx(0.3)
+    assert s["train"]["late_grad_norm"] == pytest.approx(8.0) and s["train"]["late_logp_anchored"] is None  # steps 6-10
+    a4 = json.loads((dest / "summary.json").read_text())["runs"]["a4-ta-grpo-s0"]["train"]
+    assert a4["late_logp_anchored"] == pytest.approx(-1.8) and a4["late_length"] == pytest.approx(30.0)
+    assert "| logp on-policy | logp anchored |" in md
     assert SUM.main(["--out", str(out), "--dest", str(dest), "--study", str(study), "--pilot"]) == 0  # no pilot runs: a table of dashes
     assert "d1-lr1e-5" in (dest / "pilot.md").read_text()
 

@@ -29,7 +29,8 @@ TRAIN_KEYS = {  # summary name -> metrics.jsonl key (late means)
     "q0_uniform": "uniform/q0", "q0_all_correct": "uniform/q0_all_correct", "q0_all_wrong": "uniform/q0_all_wrong",
     "family_uniform": "uniform/family", "family_all_correct": "uniform/family_all_correct",
     "family_all_wrong": "uniform/family_all_wrong", "reward_q0": "reward/variant_0/mean", "reward": "reward/mean",
-    "entropy": "actor/entropy", "diversity": "diversity/mean_pairwise_distance",
+    "entropy": "actor/entropy", "diversity": "diversity/mean_pairwise_distance", "length": "response/length_mean",
+    "grad_norm": "actor/grad_norm", "logp_on_policy": "train/logp_on_policy", "logp_anchored": "train/logp_anchored",
 }
 TRAIN_DIFFS = ("q0_all_correct", "family_uniform", "reward_q0")  # paired t over seeds
 
@@ -117,13 +118,14 @@ def validity_lines(doc: dict, data: dict) -> list[str]:
 
 def train_table(doc: dict, data: dict) -> list[str]:
     head = ["arm", "runs", "q0 uniform", "q0 all-correct", "q0 all-wrong", "family uniform", "family all-correct",
-            "family all-wrong", "reward q0", "reward", "entropy", "diversity", "sampled tokens", "train s", "wall s"]
+            "family all-wrong", "reward q0", "reward", "entropy", "diversity", "length", "grad norm", "logp on-policy",
+            "logp anchored", "sampled tokens", "train s", "wall s"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for arm, rs in zip(S.arms(doc), by_arm(doc, data).values()):
         rs = [r for r in rs if r["train"]]
         if not rs:
             continue
-        cells = [cell([r["train"][f"late_{k}"] for r in rs]) for k in TRAIN_KEYS]
+        cells = [cell([r["train"][f"late_{k}"] for r in rs], {"length": 1, "grad_norm": 2}.get(k, 3)) for k in TRAIN_KEYS]
         cells += [cell([r["train"]["sampled_tokens"] for r in rs], 0), cell([r["train"]["train_s"] for r in rs], 0),
                   cell([r["wall_s"] for r in rs], 0)]
         lines.append(f"| {arm.id} {arm.name} | {len(rs)} | " + " | ".join(cells) + " |")
@@ -204,7 +206,10 @@ def render(doc: dict, data: dict, diffs: list[dict]) -> str:
                  + ", ".join(f"{k} ({v} of {doc['train']['steps']} steps)" for k, v in sorted(data["partial"].items())) + "."), ""]
                if data.get("partial") else []),
              ("Uniform fractions: q0 view = q0's G rewards all equal; family view = all (N+1)·G equal (GRPO: the same). "
-             "Entropy is over the trained rows only (uniform groups are skipped). Sampled tokens and train s cover the "
+             "Entropy is over the trained rows only (uniform groups are skipped). Length: mean sampled response "
+             "tokens; grad norm: before clipping; logp on-policy / anchored: mean per-token log-prob of the trained rows "
+             "sampled from the prompt they are trained on / sampled for a neighbor and trained on q0 (logged from "
+             "session 14 on: – for earlier runs). Sampled tokens and train s cover the "
              "whole run (sum of step times); wall s is the driver's clock (loading, checkpoints included)."), "",
              f"## Held-out pass@k (n = {doc['eval']['samples']}, {doc['eval']['questions']} questions a set; mean ± sd over seeds)", "",
              *eval_table(doc, data), "",
