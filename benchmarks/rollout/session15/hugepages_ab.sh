@@ -1,5 +1,5 @@
 #!/bin/bash
-# Session 15: huge pages for torch's CPU tensors (THP_MEM_ALLOC_ENABLE=1, what `tagrpo` now sets)
+# Session 15: huge pages for torch's CPU tensors (THP_MEM_ALLOC_ENABLE=1; tagrpo does not set it)
 # against none (=0) and glibc's own (GLIBC_TUNABLES=glibc.malloc.hugetlb=1), interleaved, on a quiet
 # machine: the speed benchmark's tagrpo-grpo-noskip row and the decode step's products.
 #   bash benchmarks/rollout/session15/hugepages_ab.sh /tmp/hp
