@@ -29,6 +29,8 @@ after the configurations in the parent process as the FLOP/s reference.
 `--baseline-src DIR` (a `src/` of another commit, e.g. from `git worktree add /tmp/base REV`)
 adds a `NAME@base` row before each tagrpo row, run from that tree in the same session, so a
 change's step time and peak memory are compared side by side with the same TRL reference.
+`--variant LABEL:KEY=VAL,...` adds a `NAME+LABEL` row after each tagrpo row, run from this tree
+with those settings on top (e.g. `gc:gradient_checkpointing=true`), for memory/speed trade-offs.
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ def child_tagrpo(name: str, steps: int, out: Path, workdir: Path) -> dict:
     from tagrpo.train.config import load_config
     from tagrpo.train.trainer import Trainer
 
-    name = name.split("@")[0]
+    name = name.split("@")[0].split("+")[0]
     algo = "ta-grpo" if name == "tagrpo-ta-grpo" else "grpo"
     q = 1 if algo == "ta-grpo" else Q_PER_STEP
     sets = [f"algorithm={algo}", "model=smollm2-135m-instruct", "neighbors=rules", "num_neighbors=3",
@@ -214,6 +216,9 @@ def main() -> None:
     ap.add_argument("--baseline-src", default="", help="a tagrpo src/ directory to run each tagrpo config from as well (NAME@base)")
     ap.add_argument("--tagrpo-set", action="append", default=[],
                     help="extra key=value for the tagrpo configs of this run (e.g. micro_batch_tokens=1024), repeatable")
+    ap.add_argument("--variant", action="append", default=[], metavar="LABEL:KEY=VAL,...",
+                    help="also run each tagrpo config from this tree with these extra settings, as NAME+LABEL "
+                         "(e.g. gc:gradient_checkpointing=true), repeatable")
     ap.add_argument("--dtype", choices=("auto", "bf16", "fp32"), default="auto",
                     help="compute dtype of every config (auto: bf16 where the CPU has bf16 units, as tagrpo's autocast auto, else fp32)")
     ap.add_argument("--child", nargs=3, metavar=("NAME", "STEPS", "OUT"), help=argparse.SUPPRESS)
@@ -228,8 +233,15 @@ def main() -> None:
     os.environ["TAGRPO_BENCH_DTYPE"] = resolve_dtype(args.dtype)
     os.environ["TAGRPO_BENCH_SETS"] = ",".join(args.tagrpo_set)
     names = [n for n in CONFIGS if not args.only or n in args.only.split(",")]
+    variants = {}
+    for v in args.variant:
+        label, _, kv = v.partition(":")
+        if not label or not kv or any("=" not in x for x in kv.split(",")):
+            ap.error(f"--variant {v!r}: expected LABEL:KEY=VAL[,KEY=VAL...]")
+        variants[label] = kv.split(",")
     if args.baseline_src:
         names = [x for n in names for x in ([f"{n}@base", n] if n.startswith("tagrpo") else [n])]
+    names = [x for n in names for x in [n, *([f"{n}+{lb}" for lb in variants] if n.startswith("tagrpo") and "@" not in n else [])]]
     args.out.mkdir(parents=True, exist_ok=True)
     peak_before = matmul_flops()
     raw, rows_out = {}, []
@@ -237,6 +249,8 @@ def main() -> None:
         f = args.out / f"raw-{name}.json"
         t0 = time.perf_counter()
         env = {**os.environ, **(TUNED_ENV if name == "trl-grpo-tuned" else {})}
+        if "+" in name:
+            env["TAGRPO_BENCH_SETS"] = ",".join([*args.tagrpo_set, *variants[name.split("+")[1]]])
         if name.endswith("@base"):
             env["PYTHONPATH"] = str(Path(args.baseline_src).resolve())
         subprocess.run([sys.executable, __file__, "--child", name, str(args.steps + args.warmup), str(f)], check=True, env=env)
@@ -273,6 +287,13 @@ def markdown(doc: dict) -> str:
         lines += ["", "Each row's train FLOP/s counts 6 x parameters x tokens run forward and backward (padding included) "
                   "over the train time; `rows trained/step` is below `completions/step` where tagrpo skipped "
                   "zero-advantage rows (same update, no forward/backward)."]
+    by_name = {r["config"]: r for r in doc["rows"]}
+    vs_base = [(r, by_name[b]) for r in doc["rows"] if "@" not in r["config"]
+               for b in [r["config"].split("+")[0] + "@base"] if b in by_name]
+    if vs_base:
+        lines += ["", "| config | step / base | train / base | peak RSS / base |", "|---|---|---|---|"]
+        lines += [f"| {r['config']} | {r['step s'] / b['step s']:.2f}x | {r['train s'] / b['train s']:.2f}x | "
+                  f"{r['peak RSS MB'] / b['peak RSS MB']:.2f}x |" for r, b in vs_base]
     m = doc["matmul_gflops"]
     lines += ["", f"{doc['dtype']} 2048x2048 matmul: {m['before']:.0f} GFLOP/s before, {m['after']:.0f} after (the larger is the reference).",
               f"Command: `{doc['command']}` ({doc['date']}); {doc['machine']}."]
