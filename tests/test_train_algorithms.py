@@ -207,6 +207,44 @@ def test_shared_prefix_with_several_prompts_matches_full_sequences(tmp_path, att
                                       lambda: _logprobs(t, per_row, responses, False))
 
 
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_packed_shared_prefix_matches_full_sequences(tmp_path, attn, checkpointing):
+    # the shared prefix as one forward with a block mask (what gradient checkpointing uses):
+    # prompts of different lengths, different numbers of responses each, one empty response
+    t = _trainer(tmp_path, "algorithm=ta-grpo")
+    t.model.set_attn_implementation(attn)
+    if checkpointing:
+        t.model.train()
+        enable = getattr(t.model, "activation_checkpointing_enable", None) or t.model.gradient_checkpointing_enable
+        enable({"use_reentrant": False})
+    prompts = [t.data[0]["prompts"][0], t.data[1]["prompts"][0], t.data[0]["prompts"][1]]
+    assert len({len(p) for p in prompts}) > 1, "the test needs prompts of different lengths"
+    responses = [[5, 6, 7, 8], [9, 10], [11, 12, 13, 14, 15, 16], [3], [17, 18, 19], [], [20]]
+    per_row = [prompts[g] for g in [2, 0, 1, 0, 2, 0, 0]]
+
+    def packed():
+        return L.response_logprobs(t.model, per_row, responses, pad_id=t.tokenizer.pad_token_id, device=t.device,
+                                   temperature=t.cfg.temperature, shared_prefix=True, packed=True)
+
+    _assert_same_values_and_gradients(t.model, packed, lambda: _logprobs(t, per_row, responses, False))
+    logp, mask, _ = packed()
+    assert mask.shape == (7, 6) and mask[5].sum() == 0 and mask[0].sum() == 4
+
+
+def test_packed_inputs_block_mask_reads_the_prompt_and_its_own_block_only():
+    from tagrpo.train.packed_prefix import packed_inputs
+
+    x = packed_inputs([[7, 8, 9], [4]], [[1, 2], [3], [5, 6]], [0, 0, 1], pad_id=0, device="cpu")
+    m = x["mask"][:, 0]  # (k, L, L), L = Pm 3 + 2 blocks x T' 2 = 7
+    assert x["ids"].tolist() == [[7, 8, 9, 1, 2, 3, 0], [0, 0, 4, 5, 6, 0, 0]]
+    assert x["pos"].tolist() == [[0, 1, 2, 3, 4, 3, 4], [0, 0, 0, 1, 2, 1, 2]]
+    assert m[0, 5].tolist() == [True, True, True, False, False, True, False]  # block 1 reads the prompt and itself
+    assert m[0, 4].tolist() == [True, True, True, True, True, False, False]  # block 0: prompt, causal in block
+    assert m[1, 3].tolist() == [False, False, True, True, False, False, False]  # left padding is never read
+    assert x["keep"] == 5 and x["cols"].tolist() == [[0, 1], [0, 3], [0, 1]] and x["rows"][:, 0].tolist() == [0, 0, 1]
+
+
 def test_shared_prefix_packing_puts_several_prompts_in_one_micro_batch(tmp_path):
     rows = [([1] * 10, [2] * 5, 0.0), ([3] * 8, [2] * 4, 0.0), ([1] * 10, [2] * 3, 0.0), ([3] * 8, [2] * 5, 0.0),
             ([4] * 12, [2] * 20, 0.0)]

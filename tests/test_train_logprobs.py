@@ -116,7 +116,7 @@ def tiny():
     return model, tok
 
 
-@pytest.mark.parametrize("shared", [False, True])
+@pytest.mark.parametrize("shared", [False, True, "packed"])
 @pytest.mark.parametrize("autocast", [False, True])
 def test_response_logprobs_chunked_equal_full_logits_with_and_without_shared_prefix(tiny, shared, autocast):
     model, tok = tiny
@@ -126,8 +126,8 @@ def test_response_logprobs_chunked_equal_full_logits_with_and_without_shared_pre
     for chunked in (False, True):
         model.zero_grad()
         logp, mask, ent = L.response_logprobs(model, prompts, responses, pad_id=0, device=torch.device("cpu"),
-                                              temperature=0.9, autocast=autocast, shared_prefix=shared,
-                                              want_entropy=True, chunked=chunked)
+                                              temperature=0.9, autocast=autocast, shared_prefix=bool(shared),
+                                              packed=shared == "packed", want_entropy=True, chunked=chunked)
         (logp * mask).sum().backward()
         out.append(((logp * mask).detach(), (ent * mask).detach(),
                     {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
@@ -147,7 +147,7 @@ def test_head_check_accepts_plain_heads_and_restores_the_output_layer(tiny):
     assert model.get_output_embeddings() is head
 
 
-@pytest.mark.parametrize("shared", [False, True])
+@pytest.mark.parametrize("shared", [False, True, "packed"])
 @pytest.mark.parametrize("autocast", [False, True])
 def test_bf16_cpu_update_rounds_widths_and_chunk_rows_to_a_multiple_of_16(tiny, autocast, shared, monkeypatch):
     """bf16 on a CPU, every forward's width (plain: prompt + response; shared prefix: the prompts,
@@ -169,15 +169,18 @@ def test_bf16_cpu_update_rounds_widths_and_chunk_rows_to_a_multiple_of_16(tiny, 
             rows.clear()
             model.zero_grad()
             logp, mask, ent = L.response_logprobs(model, prompts, responses, pad_id=0, device=torch.device("cpu"),
-                                                  temperature=0.9, autocast=autocast, want_entropy=True, shared_prefix=shared)
+                                                  temperature=0.9, autocast=autocast, want_entropy=True,
+                                                  shared_prefix=bool(shared), packed=shared == "packed")
             (logp * mask).sum().backward()
             assert logp.shape == mask.shape == (3, 7)
             out[mult] = ((logp * mask).detach(), (ent * mask).detach(),
                          {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+            # packed: one row a prompt, its prompt then 2 response blocks (the first prompt has 2)
             if mult == 16 and autocast:
-                assert widths == ([16, 16] if shared else [16]) and rows and all(r % 16 == 0 for r in rows), (widths, rows)
+                want = {False: [16], True: [16, 16], "packed": [16 + 2 * 16]}[shared]
+                assert widths == want and rows and all(r % 16 == 0 for r in rows), (widths, rows)
             else:  # the longest prompt, then the longest response; plain: both in one row
-                assert widths == ([5, 7] if shared else [5 + 7]), widths
+                assert widths == {False: [5 + 7], True: [5, 7], "packed": [5 + 2 * 7]}[shared], widths
     finally:
         hook.remove()
     tol = dict(atol=3e-2, rtol=3e-2) if autocast else dict(atol=0, rtol=0)

@@ -195,12 +195,13 @@ def test_config_refuses_batch_scaling_over_processes_and_warns_on_ta_grpo_withou
 def test_gradient_checkpointing_gives_the_same_gradient(tmp_path):
     a = _trainer(tmp_path / "a", "gradient_checkpointing=true", "skip_zero_adv=false")
     b = _trainer(tmp_path / "b", "gradient_checkpointing=false", "shared_prefix=false", "skip_zero_adv=false")
-    assert not a.shared_prefix
+    assert a.shared_prefix and a.learner.packed_prefix  # each prompt once, its responses in masked blocks
     base = a.acc.unwrap_model(a.model)
     assert any(getattr(m, "gradient_checkpointing", False) for m in base.modules())
     ma, mb = a.train_step(0), b.train_step(0)
     _assert_same_grads(a, b)
     assert ma["loss/policy"] == pytest.approx(mb["loss/policy"], abs=1e-6)
+    assert ma["train/computed_tokens_fwd_bwd"] < mb["train/computed_tokens_fwd_bwd"]  # prompts not repeated
 
 
 def test_autocast_auto_is_bf16_only_where_bf16_is_fast(monkeypatch):

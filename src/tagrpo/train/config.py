@@ -103,8 +103,10 @@ class TrainConfig:
                               "cache for all its responses, gradients included (1 process only).", True)
     gradient_checkpointing: bool = doc("Recompute each decoder layer's activations in backward instead of keeping them "
                                        "(transformers' activation checkpointing): activation memory drops from ~1.6 MB to "
-                                       "~0.1 MB per token for SmolLM2-135M, the update costs ~1/3 more compute. The KV cache "
-                                       "cannot be kept under it, so shared_prefix is off when this is on.", False)
+                                       "~0.1 MB per token for SmolLM2-135M, the update costs ~1/3 more compute. A KV cache "
+                                       "cannot be checkpointed, so the shared prefix runs as one forward a prompt with its "
+                                       "responses in blocks under a block mask (eager/SDPA attention; other kernels: full rows).",
+                                       False)
     lean_layers: bool = doc("Llama-family MLP (SwiGLU) and RMSNorm layers whose backward keeps only what it needs and "
                             "recomputes silu(gate)*up and the normalized input (train/lean_layers.py): the same forward "
                             "bit for bit, 1/3 less saved activation memory in the update (SmolLM2-135M: 1.50 -> 1.01 MB "

@@ -11,7 +11,8 @@ Two forwards produce the hidden states:
 - `plain`: (prompt + response) rows, prompts left-padded so every response starts at one column;
 - `shared_prefix`: each distinct prompt runs once (TA-GRPO: one anchor q0 per family; GRPO: one
   per question), its KV-cache row is repeated for every response of that prompt, and gradients
-  flow back through it.
+  flow back through it; under gradient checkpointing the same as one forward with a block
+  mask (`packed_prefix`).
 Both see the prompt the caller passes: q0 for every TA-GRPO response (anchoring), q_n only for
 the unanchored ablation.
 """
@@ -23,6 +24,7 @@ import contextlib
 import torch
 from torch import nn
 
+from tagrpo.train import packed_prefix
 from tagrpo.rollout.batching import (
     cache_kwarg,
     left_pad,
@@ -223,20 +225,36 @@ def shared_prefix_hidden(model, prompts, responses, groups, pad_id: int, device,
     return hidden, resp[:, :t], rmask[:, :t]
 
 
+def packed_prefix_hidden(model, prompts, responses, groups, pad_id: int, device, autocast: bool):
+    """`shared_prefix_hidden` as one forward without a cache (`packed_prefix`: each prompt a row,
+    its responses in masked blocks after it), so that decoder layers can be checkpointed."""
+    x = packed_prefix.packed_inputs(prompts, responses, groups, pad_id, device, width_multiple(device, autocast))
+    mask = packed_prefix.additive(x["mask"]) if packed_prefix.kernel(model) == "eager" else x["mask"]
+    with autocast_ctx(device, autocast, cache=False):
+        out = model(input_ids=x["ids"], attention_mask=mask, position_ids=x["pos"], logits_to_keep=x["keep"], use_cache=False)
+    resp, rmask = right_pad(responses, pad_id, device, x["cols"].shape[1])  # (b, T) each
+    return out.logits[x["rows"], x["cols"]], resp, rmask  # (b, T, H)
+
+
 def response_logprobs(model, prompts, responses, *, pad_id: int, device, temperature: float = 1.0,
                       autocast: bool = False, shared_prefix: bool = False, want_entropy: bool = False,
-                      chunked: bool = True, into_grad: bool = False):
+                      chunked: bool = True, into_grad: bool = False, packed: bool = False):
     """Log-probs (b, T), response mask (b, T) and entropies (b, T) or None of `responses` after
     `prompts` (one prompt per response). With `shared_prefix`, each distinct prompt runs once.
     `chunked=False` is the plain full-logits path, for models whose logits are not just their
-    output layer (soft-capping, scaling); it holds (b, T, vocab). `into_grad`: see chunked_logprobs."""
+    output layer (soft-capping, scaling); it holds (b, T, vocab). `into_grad`: see chunked_logprobs.
+    `packed`: the shared prefix as one forward with a block mask (`packed_prefix`), for gradient
+    checkpointing; kernels without custom masks run full rows instead."""
+    if shared_prefix and packed and not packed_prefix.supported(model):
+        shared_prefix = False
     if shared_prefix:
         distinct: dict[tuple, int] = {}
         groups = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
         uniq = [list(p) for p in distinct]
 
         def fwd():
-            return shared_prefix_hidden(model, uniq, responses, groups, pad_id, device, autocast)
+            hidden_fn = packed_prefix_hidden if packed else shared_prefix_hidden
+            return hidden_fn(model, uniq, responses, groups, pad_id, device, autocast)
     else:
         def fwd():
             return plain_hidden(model, prompts, responses, pad_id, device, autocast)

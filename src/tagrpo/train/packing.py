@@ -54,10 +54,17 @@ def pack_shared_prefix(prompts: list[list[int]], responses: list[list[int]], idx
     return out
 
 
-def computed_tokens(prompts: list[list[int]], responses: list[list[int]], shared_prefix: bool) -> int:
-    """Tokens one forward runs through the model, padding included (for FLOP/s accounting)."""
+def computed_tokens(prompts: list[list[int]], responses: list[list[int]], shared_prefix: bool, packed: bool = False) -> int:
+    """Tokens one forward runs through the model, padding included (for FLOP/s accounting).
+    `packed`: one row a distinct prompt, followed by as many response blocks as the prompt with
+    the most responses has (`packed_prefix`)."""
     t = max(len(r) for r in responses)
     if not shared_prefix:
         return len(prompts) * (max(len(p) for p in prompts) + t)
-    uniq = {tuple(p) for p in prompts}
-    return len(uniq) * max(len(p) for p in uniq) + len(responses) * t
+    per_prompt: dict[tuple, int] = {}
+    for p in prompts:
+        per_prompt[tuple(p)] = per_prompt.get(tuple(p), 0) + 1
+    pm = max(len(p) for p in per_prompt)
+    if packed:
+        return len(per_prompt) * (pm + max(per_prompt.values()) * t)
+    return len(per_prompt) * pm + len(responses) * t

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 
 from tagrpo.train import logprobs as lp
-from tagrpo.train import packing
+from tagrpo.train import packed_prefix, packing
 from tagrpo.train.batch import Sample, training_prompt
 from tagrpo.train.config import TrainConfig
 from tagrpo.train.metrics import anchoring_metrics
@@ -50,6 +50,7 @@ class Learner:
     accelerator: object = None
     autocast: bool = False
     shared_prefix: bool = True
+    packed_prefix: bool = False  # the shared prefix as one block-masked forward (under gradient checkpointing)
     chunked: bool = True
     flat_grads: bool = False  # gradients are views of one buffer outside the heap, freed before each rollout
     trim_heap: bool = False  # give the heap's free pages back after each micro-batch's backward (glibc)
@@ -133,10 +134,13 @@ class UpdateResult:
 def _forward(learner: Learner, model, rows, mb, cfg: TrainConfig, want_entropy: bool, counter: dict):
     prompts = [rows[i][0] for i in mb]
     responses = [rows[i][1] for i in mb]
-    counter["fwd_bwd" if torch.is_grad_enabled() else "fwd"] += packing.computed_tokens(prompts, responses, learner.shared_prefix)
+    shared = learner.shared_prefix and (not learner.packed_prefix or packed_prefix.supported(model))
+    counter["fwd_bwd" if torch.is_grad_enabled() else "fwd"] += packing.computed_tokens(prompts, responses, shared,
+                                                                                        learner.packed_prefix)
     return lp.response_logprobs(model, prompts, responses, pad_id=learner.pad_id, device=learner.device,
-                                temperature=cfg.temperature, autocast=learner.autocast, shared_prefix=learner.shared_prefix,
-                                want_entropy=want_entropy, chunked=learner.chunked, into_grad=learner.flat_grads)
+                                temperature=cfg.temperature, autocast=learner.autocast, shared_prefix=shared,
+                                packed=learner.packed_prefix, want_entropy=want_entropy, chunked=learner.chunked,
+                                into_grad=learner.flat_grads)
 
 
 def _no_grad_logprobs(learner: Learner, model, rows, batches, cfg, counter, disable_adapter: bool = False) -> dict:

@@ -1,0 +1,98 @@
+"""The shared-prefix forward as one plain forward, for gradient checkpointing.
+
+`logprobs.shared_prefix_hidden` runs each distinct prompt once and hands its KV-cache rows to the
+responses in a second forward. Under gradient checkpointing that cannot work (a layer recomputed
+in backward would append to the cache object again), so the trainer used to turn the shared
+prefix off there and run every prompt once per response: a third more tokens in a GRPO step of
+4 questions x 4 answers, (N+1)G - 1 extra prompts a TA-GRPO family.
+
+Here each distinct prompt is one row: the prompt (left padded to Pm), then its responses one
+after another in blocks of T' columns (right padded). A 4D attention mask lets the prompt attend
+causally to itself and each response block to the prompt and causally to its own block, never
+to another block; positions restart after the prompt in every block. One forward without a
+cache, so each decoder layer can be checkpointed; the same hidden states as the full
+(prompt + response) rows (tested in value and gradient). The mask is dense (k, 1, L, L) with
+L = Pm + S T' (S: most responses of one prompt): attention costs L^2 instead of S (Pm + T')^2,
+so it is used only where the cache path cannot be (`gradient_checkpointing`), and only with
+attention kernels that take a custom mask (eager, SDPA).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tagrpo.rollout.batching import left_pad, round_up, unwrap_model
+
+#: attention kernels that read a custom 4D mask (additive float for eager, boolean for SDPA)
+MASKED_KERNELS = ("eager", "sdpa")
+
+
+def supported(model) -> bool:
+    """True when the model's current attention kernel takes a custom 4D mask."""
+    return kernel(model) in MASKED_KERNELS
+
+
+def layout(prompt_lens: list[int], blocks: list[list[int]], resp_lens: list[int], width_multiple_: int = 1):
+    """Where everything goes. `blocks[k]` = response indices of prompt k, in block order.
+    Returns Pm, T', L and, per response, (row, block)."""
+    pm = round_up(max(prompt_lens), width_multiple_)
+    tw = round_up(max(max(resp_lens, default=1), 1), width_multiple_)
+    s = max(len(b) for b in blocks)
+    where = {i: (k, j) for k, b in enumerate(blocks) for j, i in enumerate(b)}
+    return pm, tw, pm + s * tw, where
+
+
+def block_mask(valid: torch.Tensor, pm: int, tw: int) -> torch.Tensor:
+    """(k, 1, L, L) boolean: query q may read key v when v is a real token, v <= q, and v is in
+    the prompt or in q's own block. Every query may read itself (a padding query would otherwise
+    have no key: NaN softmax rows)."""
+    n = valid.shape[1]
+    idx = torch.arange(n, device=valid.device)  # (L,)
+    blk = torch.where(idx < pm, -1, (idx - pm) // tw)  # (L,) -1 in the prompt, else the block
+    same = (blk.unsqueeze(0) == -1) | (blk.unsqueeze(0) == blk.unsqueeze(1))  # (L, L) [q, v]
+    causal = idx.unsqueeze(0) <= idx.unsqueeze(1)  # (L, L) [q, v]: v <= q
+    allowed = valid.unsqueeze(1) & (same & causal).unsqueeze(0)  # (k, L, L)
+    allowed |= torch.eye(n, dtype=torch.bool, device=valid.device).unsqueeze(0)
+    return allowed.unsqueeze(1)  # (k, 1, L, L)
+
+
+def packed_inputs(prompts, responses, groups, pad_id: int, device, multiple: int = 1) -> dict:
+    """The one forward's inputs, `groups[i]` = index into `prompts` of response i: ids (k, L),
+    attention mask (k, 1, L, L) boolean, positions (k, L), `keep` (the last L - Pm + 1 positions,
+    from the prompt's last token on, are the ones that predict response tokens), and `rows`,
+    `cols` (b, T) such that `hidden[:, -keep:][rows, cols]` predicts each response token."""
+    k, b = len(prompts), len(responses)
+    blocks: list[list[int]] = [[] for _ in range(k)]
+    for i, g in enumerate(groups):
+        blocks[g].append(i)
+    t = max(max((len(r) for r in responses), default=0), 1)
+    pm, tw, n, where = layout([len(p) for p in prompts], blocks, [len(r) for r in responses], multiple)
+    ids_p, att_p, pos_p = left_pad(prompts, pad_id, device, pm)  # (k, Pm) each
+    ids = torch.full((k, n), pad_id, dtype=torch.long, device=device)  # (k, L)
+    valid = torch.zeros((k, n), dtype=torch.bool, device=device)  # (k, L)
+    pos = torch.zeros((k, n), dtype=torch.long, device=device)  # (k, L)
+    ids[:, :pm], valid[:, :pm], pos[:, :pm] = ids_p, att_p.bool(), pos_p
+    plen = att_p.sum(-1)  # (k,) real prompt tokens
+    pos[:, pm:] = plen.unsqueeze(1) + torch.arange(tw, device=device).repeat((n - pm) // tw).unsqueeze(0)  # restart per block
+    for i, r in enumerate(responses):
+        kk, j = where[i]
+        if r:
+            ids[kk, pm + j * tw: pm + j * tw + len(r)] = torch.tensor(r, dtype=torch.long, device=device)
+            valid[kk, pm + j * tw: pm + j * tw + len(r)] = True
+    # token 0 of every response <- column 0 (the prompt's last token); token j > 0 of the response
+    # in block s <- position Pm + s T' + j - 1, column s T' + j
+    rows = torch.tensor([where[i][0] for i in range(b)], dtype=torch.long, device=device)  # (b,)
+    base = torch.tensor([where[i][1] * tw for i in range(b)], dtype=torch.long, device=device)  # (b,)
+    steps = torch.arange(t, device=device)  # (T,)
+    cols = torch.where(steps == 0, 0, base.unsqueeze(1) + steps.unsqueeze(0))  # (b, T)
+    return {"ids": ids, "mask": block_mask(valid, pm, tw), "pos": pos, "keep": n - pm + 1,
+            "rows": rows.unsqueeze(1).expand(b, t), "cols": cols}
+
+
+def additive(mask: torch.Tensor) -> torch.Tensor:
+    """Boolean mask -> float32 0 / most-negative, as transformers' own eager masks."""
+    return torch.zeros(mask.shape, dtype=torch.float32, device=mask.device).masked_fill_(~mask, torch.finfo(torch.float32).min)
+
+
+def kernel(model) -> str | None:
+    return getattr(unwrap_model(model).config, "_attn_implementation", None)
