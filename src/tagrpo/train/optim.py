@@ -13,8 +13,9 @@ optimizers). The arithmetic of a step is float32 and identical to torch.optim.Ad
     m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
     p = p (1 - lr wd) - lr / (1 - b1^t) * m / (sqrt(v / (1 - b2^t)) + eps)
 
-Work runs over slices of at most `chunk` elements, so the float32 temporaries stay small (the
-embedding matrix alone is 28M parameters). torchao's versions need torch.compile, which on a CPU
+Work runs over slices of at most `chunk` elements in reused buffers, so the float32 temporaries
+stay small and in cache (the embedding matrix alone is 28M parameters), and one random int32 an
+element gives both moments their 16 noise bits. torchao's versions need torch.compile, which on a CPU
 means a C++ build per parameter shape; this one is plain tensor ops.
 """
 
@@ -23,19 +24,29 @@ from __future__ import annotations
 import torch
 
 
+def _round_into(dst: torch.Tensor, x: torch.Tensor, noise: torch.Tensor) -> None:
+    """dst (bfloat16) <- x (float32) rounded stochastically with `noise`, int32 in [0, 2^16)
+    (overwritten): adding it to x's bits carries into the kept 16 bits with probability equal to
+    the discarded fraction, away from zero for either sign (sign-magnitude), so E[dst] == x."""
+    noise.add_(x.view(torch.int32)).bitwise_and_(-65536)
+    dst.copy_(noise.view(torch.float32))  # exact: the low 16 bits are 0
+
+
 def to_bf16_stochastic(x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """float32 -> bfloat16, rounding up with probability equal to the discarded fraction of the
     mantissa (so E[result] == x for finite x)."""
-    bits = x.contiguous().view(torch.int32)
-    noise = torch.randint(0, 1 << 16, bits.shape, dtype=torch.int32, device=x.device, generator=generator)
-    return ((bits + noise) & -65536).view(torch.float32).to(torch.bfloat16)  # exact: low 16 bits are 0
+    x = x.contiguous()
+    noise = torch.randint(0, 1 << 16, x.shape, dtype=torch.int32, device=x.device, generator=generator)
+    out = torch.empty(x.shape, dtype=torch.bfloat16, device=x.device)
+    _round_into(out, x, noise)
+    return out
 
 
 class AdamWBF16State(torch.optim.Optimizer):
     """torch.optim.AdamW's update with bfloat16 moments (see the module docstring)."""
 
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 1e-2,
-                 chunk: int = 1 << 22):
+                 chunk: int = 1 << 18):
         if lr < 0 or eps < 0 or weight_decay < 0 or not (0 <= betas[0] < 1 and 0 <= betas[1] < 1):
             raise ValueError(f"invalid AdamW settings: lr={lr}, betas={betas}, eps={eps}, weight_decay={weight_decay}")
         super().__init__(params, {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay})
@@ -55,6 +66,7 @@ class AdamWBF16State(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        scratch: dict = {}  # (size, device) -> float32 m, v, denominator and int32 noise, tmp of one chunk
         for group in self.param_groups:
             lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
             for j, p in enumerate(group["params"]):
@@ -72,16 +84,26 @@ class AdamWBF16State(torch.optim.Optimizer):
                 gen = torch.Generator(p.device).manual_seed(int(t) * 1_000_003 + j)
                 flat_p, flat_g = p.view(-1), p.grad.reshape(-1)
                 flat_m, flat_v = state["exp_avg"].view(-1), state["exp_avg_sq"].view(-1)
-                for s in range(0, flat_p.numel(), self.chunk):
-                    sl = slice(s, s + self.chunk)
-                    g = flat_g[sl].float()
-                    m = flat_m[sl].float().lerp_(g, 1 - b1)  # b1 m + (1 - b1) g
-                    v = flat_v[sl].float().mul_(b2).addcmul_(g, g, value=1 - b2)
-                    flat_m[sl] = to_bf16_stochastic(m, gen)
-                    flat_v[sl] = to_bf16_stochastic(v, gen)
-                    pp = flat_p[sl]
+                n_all = flat_p.numel()
+                # chunks small enough that the float32 temporaries stay in cache between the ~15
+                # passes of a step; one random int32 an element gives both moments' 16 noise bits
+                for s in range(0, n_all, self.chunk):
+                    e = min(s + self.chunk, n_all)
+                    key = (e - s, p.device)
+                    if key not in scratch:
+                        f32 = [torch.empty(e - s, device=p.device) for _ in range(3)]
+                        i32 = [torch.empty(e - s, dtype=torch.int32, device=p.device) for _ in range(2)]
+                        scratch[key] = (*f32, *i32)
+                    m, v, denom, rnd, noise = scratch[key]
+                    g = flat_g[s:e].float()
+                    m.copy_(flat_m[s:e]).lerp_(g, 1 - b1)  # b1 m + (1 - b1) g
+                    v.copy_(flat_v[s:e]).mul_(b2).addcmul_(g, g, value=1 - b2)
+                    rnd.random_(generator=gen)  # 31 random bits
+                    _round_into(flat_m[s:e], m, torch.bitwise_and(rnd, 0xFFFF, out=noise))  # bits 0-15
+                    _round_into(flat_v[s:e], v, rnd.bitwise_right_shift_(15).bitwise_and_(0xFFFF))  # bits 15-30
+                    pp = flat_p[s:e]
                     if wd:
                         pp.mul_(1 - lr * wd)
-                    denom = (v.sqrt_() / bc2_sqrt).add_(eps)
-                    pp.addcdiv_(m.to(pp.dtype), denom.to(pp.dtype), value=-lr / bc1)
+                    torch.sqrt(v, out=denom).div_(bc2_sqrt).add_(eps)
+                    pp.addcdiv_(m, denom, value=-lr / bc1)
         return loss
