@@ -209,9 +209,11 @@ def test_shared_prefix_with_several_prompts_matches_full_sequences(tmp_path, att
 
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
 @pytest.mark.parametrize("checkpointing", [False, True])
-def test_packed_shared_prefix_matches_full_sequences(tmp_path, attn, checkpointing):
+def test_packed_shared_prefix_matches_full_sequences(tmp_path, attn, checkpointing, monkeypatch):
     # the shared prefix as one forward with a block mask (what gradient checkpointing uses):
-    # prompts of different lengths, different numbers of responses each, one empty response
+    # prompts of different lengths, different numbers of responses each, one empty response;
+    # all of a prompt's responses in one row (the cost model would give this tiny model full rows)
+    monkeypatch.setattr(L.packed_prefix, "blocks_per_row", lambda *a, **kw: 99)
     t = _trainer(tmp_path, "algorithm=ta-grpo")
     t.model.set_attn_implementation(attn)
     if checkpointing:
@@ -243,6 +245,28 @@ def test_packed_inputs_block_mask_reads_the_prompt_and_its_own_block_only():
     assert m[0, 4].tolist() == [True, True, True, True, True, False, False]  # block 0: prompt, causal in block
     assert m[1, 3].tolist() == [False, False, True, True, False, False, False]  # left padding is never read
     assert x["keep"] == 5 and x["cols"].tolist() == [[0, 1], [0, 3], [0, 1]] and x["rows"][:, 0].tolist() == [0, 0, 1]
+
+
+def test_packed_rows_split_a_prompts_responses_where_the_cost_model_says_so(tmp_path, monkeypatch):
+    from tagrpo.train.packed_prefix import blocks_per_row, packed_inputs
+
+    lin, att = 7e6, 2304.0  # SmolLM2-135M's coefficients
+    assert blocks_per_row([16], 80, 64, lin, att, 9) == 8  # short answers: a prompt for every 8
+    assert blocks_per_row([16], 80, 512, lin, att, 9) == 1  # long ones: the L^2 term makes full rows cheaper
+    assert blocks_per_row([16], 80, 64, lin, att, 9, max_scores=4 * 9 * 336**2) == 4  # scores capped: 4 rows of 4
+    x = packed_inputs([[7, 8], [4]], [[1], [2], [3], [5]], [0, 0, 0, 1], pad_id=0, device="cpu", per_row=2)
+    assert x["ids"].tolist() == [[7, 8, 1, 2], [7, 8, 3, 0], [0, 4, 5, 0]]  # 3 responses of prompt 0: two rows
+    assert x["rows"][:, 0].tolist() == [0, 0, 1, 2]
+    # values and gradients of split rows equal full rows
+    t = _trainer(tmp_path, "algorithm=ta-grpo")
+    prompt = t.data[0]["prompts"][0]
+    responses = [[5, 6, 7, 8], [9, 10], [11, 12, 13, 14, 15, 16], [3], [17]]
+    model = t.model
+    monkeypatch.setattr(L.packed_prefix, "blocks_per_row", lambda *a, **kw: 2)  # 5 responses: rows of 2, 2, 1
+    _assert_same_values_and_gradients(
+        model, lambda: L.response_logprobs(model, [prompt] * 5, responses, pad_id=t.tokenizer.pad_token_id,
+                                           device=t.device, temperature=t.cfg.temperature, shared_prefix=True, packed=True),
+        lambda: _logprobs(t, [prompt] * 5, responses, False))
 
 
 def test_shared_prefix_packing_puts_several_prompts_in_one_micro_batch(tmp_path):

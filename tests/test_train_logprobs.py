@@ -158,6 +158,7 @@ def test_bf16_cpu_update_rounds_widths_and_chunk_rows_to_a_multiple_of_16(tiny, 
     prompts = [[5, 6, 7], [9, 10, 11, 12, 13], [5, 6, 7]]
     responses = [[20, 21, 22], [24, 25, 26, 27, 28, 29, 30], [29, 30]]
     widths, rows = [], []
+    monkeypatch.setattr(L.packed_prefix, "blocks_per_row", lambda *a, **kw: 99)  # packed: all of a prompt's responses in one row
     hook = model.register_forward_pre_hook(lambda m, a, kw: widths.append(kw["input_ids"].shape[1]), with_kwargs=True)
     real_logits = L._logits
     monkeypatch.setattr(L, "_logits", lambda h, *a: rows.append(h.shape[0]) or real_logits(h, *a))

@@ -47,4 +47,5 @@ def test_computed_tokens_counts_padding_and_shared_prompts():
     responses = [[9, 9], [9], [9, 9, 9, 9]]
     assert computed_tokens(prompts, responses, shared_prefix=False) == 3 * (3 + 4)
     assert computed_tokens(prompts, responses, shared_prefix=True) == 2 * 3 + 3 * 4
-    assert computed_tokens(prompts, responses, shared_prefix=True, packed=True) == 2 * (3 + 2 * 4)
+    assert computed_tokens(prompts, responses, shared_prefix=True, per_row=2) == 2 * (3 + 2 * 4)
+    assert computed_tokens(prompts, responses, shared_prefix=True, per_row=1) == 3 * (3 + 4)

@@ -228,7 +228,9 @@ def shared_prefix_hidden(model, prompts, responses, groups, pad_id: int, device,
 def packed_prefix_hidden(model, prompts, responses, groups, pad_id: int, device, autocast: bool):
     """`shared_prefix_hidden` as one forward without a cache (`packed_prefix`: each prompt a row,
     its responses in masked blocks after it), so that decoder layers can be checkpointed."""
-    x = packed_prefix.packed_inputs(prompts, responses, groups, pad_id, device, width_multiple(device, autocast))
+    m = width_multiple(device, autocast)
+    per_row = packed_prefix.choose_per_row(model, [prompts[g] for g in groups], responses, m)
+    x = packed_prefix.packed_inputs(prompts, responses, groups, pad_id, device, m, per_row)
     mask = packed_prefix.additive(x["mask"]) if packed_prefix.kernel(model) == "eager" else x["mask"]
     with autocast_ctx(device, autocast, cache=False):
         out = model(input_ids=x["ids"], attention_mask=mask, position_ids=x["pos"], logits_to_keep=x["keep"], use_cache=False)

@@ -12,8 +12,10 @@ causally to itself and each response block to the prompt and causally to its own
 to another block; positions restart after the prompt in every block. One forward without a
 cache, so each decoder layer can be checkpointed; the same hidden states as the full
 (prompt + response) rows (tested in value and gradient). The mask is dense (k, 1, L, L) with
-L = Pm + S T' (S: most responses of one prompt): attention costs L^2 instead of S (Pm + T')^2,
-so it is used only where the cache path cannot be (`gradient_checkpointing`), and only with
+L = Pm + S T' (S responses a row): attention costs L^2 instead of S (Pm + T')^2, so a prompt
+with many long responses is spread over several rows (`blocks_per_row`, from the model's
+per-layer FLOPs: SmolLM2-135M with 16 responses of 64 tokens, 8 a row; of 512 tokens, full rows
+again). Used only where the cache path cannot be (`gradient_checkpointing`), and only with
 attention kernels that take a custom mask (eager, SDPA).
 """
 
@@ -32,8 +34,48 @@ def supported(model) -> bool:
     return kernel(model) in MASKED_KERNELS
 
 
+def blocks_per_row(counts: list[int], pm: int, tw: int, linear: float, attention: float, heads: int,
+                   max_scores: int = 1 << 26) -> int:
+    """How many response blocks one row holds. A prompt's n responses take ceil(n / s) rows of
+    length L = Pm + s T'; a row costs `linear` L (the layers' products, per token) plus
+    `attention` L^2 (the dense masked scores): s = 1 is full (prompt + response) rows, larger s
+    saves prompt tokens until the L^2 term wins (long responses). Also keeps one layer's scores,
+    rows x heads x L^2, under `max_scores` elements (eager attention holds them)."""
+    best, best_cost = 1, None
+    for s in range(1, max(counts) + 1):
+        n_rows, width = sum(-(-c // s) for c in counts), pm + s * tw
+        if s > 1 and n_rows * heads * width * width > max_scores:
+            break
+        cost = n_rows * (linear * width + attention * width * width)
+        if best_cost is None or cost < best_cost:
+            best, best_cost = s, cost
+    return best
+
+
+def costs(model) -> tuple[float, float, int]:
+    """Per-layer FLOP coefficients of a decoder row (`blocks_per_row`'s linear, attention) and the
+    head count, from the model's config: products 2 x (q, o: h^2; k, v: h x kv; MLP: 3 h i) a
+    token, scores and weighted sum 4 h a (query, key) pair."""
+    c = unwrap_model(model).config
+    h = c.hidden_size
+    heads = getattr(c, "num_attention_heads", 1)
+    kv = h * getattr(c, "num_key_value_heads", heads) // heads
+    inter = getattr(c, "intermediate_size", 4 * h)
+    return 2.0 * (2 * h * h + 2 * h * kv + 3 * h * inter), 4.0 * h, heads
+
+
+def choose_per_row(model, prompts: list[list[int]], responses: list[list[int]], multiple: int = 1) -> int:
+    """`blocks_per_row` for one forward: `prompts[i]` is response i's prompt."""
+    counts: dict[tuple, int] = {}
+    for p in prompts:
+        counts[tuple(p)] = counts.get(tuple(p), 0) + 1
+    pm = round_up(max(len(p) for p in counts), multiple)
+    tw = round_up(max(max((len(r) for r in responses), default=1), 1), multiple)
+    return blocks_per_row(list(counts.values()), pm, tw, *costs(model))
+
+
 def layout(prompt_lens: list[int], blocks: list[list[int]], resp_lens: list[int], width_multiple_: int = 1):
-    """Where everything goes. `blocks[k]` = response indices of prompt k, in block order.
+    """Where everything goes. `blocks[r]` = response indices of row r, in block order.
     Returns Pm, T', L and, per response, (row, block)."""
     pm = round_up(max(prompt_lens), width_multiple_)
     tw = round_up(max(max(resp_lens, default=1), 1), width_multiple_)
@@ -56,15 +98,20 @@ def block_mask(valid: torch.Tensor, pm: int, tw: int) -> torch.Tensor:
     return allowed.unsqueeze(1)  # (k, 1, L, L)
 
 
-def packed_inputs(prompts, responses, groups, pad_id: int, device, multiple: int = 1) -> dict:
-    """The one forward's inputs, `groups[i]` = index into `prompts` of response i: ids (k, L),
-    attention mask (k, 1, L, L) boolean, positions (k, L), `keep` (the last L - Pm + 1 positions,
-    from the prompt's last token on, are the ones that predict response tokens), and `rows`,
-    `cols` (b, T) such that `hidden[:, -keep:][rows, cols]` predicts each response token."""
-    k, b = len(prompts), len(responses)
-    blocks: list[list[int]] = [[] for _ in range(k)]
+def packed_inputs(prompts, responses, groups, pad_id: int, device, multiple: int = 1, per_row: int | None = None) -> dict:
+    """The one forward's inputs, `groups[i]` = index into `prompts` of response i, at most
+    `per_row` responses a row (default: all of a prompt's): ids (k, L), attention mask (k, 1, L, L)
+    boolean, positions (k, L), `keep` (the last L - Pm + 1 positions, from the prompt's last token
+    on, are the ones that predict response tokens), and `rows`, `cols` (b, T) such that
+    `hidden[:, -keep:][rows, cols]` predicts each response token (k: rows, b: responses)."""
+    b = len(responses)
+    of_prompt: list[list[int]] = [[] for _ in prompts]
     for i, g in enumerate(groups):
-        blocks[g].append(i)
+        of_prompt[g].append(i)
+    step = per_row or max(len(m) for m in of_prompt)
+    blocks = [m[j:j + step] for m in of_prompt for j in range(0, len(m), step)]  # one row each
+    prompts = [prompts[g] for g, m in enumerate(of_prompt) for _ in range(0, len(m), step)]
+    k = len(prompts)
     t = max(max((len(r) for r in responses), default=0), 1)
     pm, tw, n, where = layout([len(p) for p in prompts], blocks, [len(r) for r in responses], multiple)
     ids_p, att_p, pos_p = left_pad(prompts, pad_id, device, pm)  # (k, Pm) each

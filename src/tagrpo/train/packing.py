@@ -54,10 +54,11 @@ def pack_shared_prefix(prompts: list[list[int]], responses: list[list[int]], idx
     return out
 
 
-def computed_tokens(prompts: list[list[int]], responses: list[list[int]], shared_prefix: bool, packed: bool = False) -> int:
+def computed_tokens(prompts: list[list[int]], responses: list[list[int]], shared_prefix: bool,
+                    per_row: int | None = None) -> int:
     """Tokens one forward runs through the model, padding included (for FLOP/s accounting).
-    `packed`: one row a distinct prompt, followed by as many response blocks as the prompt with
-    the most responses has (`packed_prefix`)."""
+    `per_row`: the shared prefix packed (`packed_prefix`), rows of a prompt and up to `per_row`
+    response blocks, each row as wide as the widest."""
     t = max(len(r) for r in responses)
     if not shared_prefix:
         return len(prompts) * (max(len(p) for p in prompts) + t)
@@ -65,6 +66,7 @@ def computed_tokens(prompts: list[list[int]], responses: list[list[int]], shared
     for p in prompts:
         per_prompt[tuple(p)] = per_prompt.get(tuple(p), 0) + 1
     pm = max(len(p) for p in per_prompt)
-    if packed:
-        return len(per_prompt) * (pm + max(per_prompt.values()) * t)
+    if per_row:
+        rows = sum(-(-n // per_row) for n in per_prompt.values())
+        return rows * (pm + min(per_row, max(per_prompt.values())) * t)
     return len(per_prompt) * pm + len(responses) * t

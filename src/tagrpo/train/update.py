@@ -135,8 +135,8 @@ def _forward(learner: Learner, model, rows, mb, cfg: TrainConfig, want_entropy: 
     prompts = [rows[i][0] for i in mb]
     responses = [rows[i][1] for i in mb]
     shared = learner.shared_prefix and (not learner.packed_prefix or packed_prefix.supported(model))
-    counter["fwd_bwd" if torch.is_grad_enabled() else "fwd"] += packing.computed_tokens(prompts, responses, shared,
-                                                                                        learner.packed_prefix)
+    per_row = packed_prefix.choose_per_row(model, prompts, responses) if shared and learner.packed_prefix else None
+    counter["fwd_bwd" if torch.is_grad_enabled() else "fwd"] += packing.computed_tokens(prompts, responses, shared, per_row)
     return lp.response_logprobs(model, prompts, responses, pad_id=learner.pad_id, device=learner.device,
                                 temperature=cfg.temperature, autocast=learner.autocast, shared_prefix=shared,
                                 packed=learner.packed_prefix, want_entropy=want_entropy, chunked=learner.chunked,
