@@ -4,8 +4,9 @@ NOT YET RUN ON A GPU: written and checked on a CPU-only machine (with --allow-cp
 run on a CUDA machine is the real test, and its numbers belong in benchmarks/RESULTS.md.
 
 What it does, on one CUDA device:
-1. Trains `model: tiny` (a random 2-layer Llama, no download) with TA-GRPO for 3 steps in four
-   configurations, shared_prefix on/off x LoRA on/off, all with beta = 0.01 (a frozen reference
+1. Trains `model: tiny` (a random 2-layer Llama, no download) with TA-GRPO for 3 steps in five
+   configurations, shared_prefix on/off x LoRA on/off and shared prefix with gradient
+   checkpointing (the block-masked one-forward prefix, SDPA with a custom mask on CUDA), all with beta = 0.01 (a frozen reference
    model, or the LoRA base with the adapter disabled) and `device: cuda`, bf16 autocast, a toy
    parity reward (so advantages are non-zero) and rule neighbors on built-in arithmetic problems.
    Each configuration runs `Trainer.setup()` then `Trainer.train()` (checkpoint and `final/`
@@ -49,12 +50,13 @@ from pathlib import Path
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-# (name, shared_prefix, lora); the last one's final/ model is evaluated (LoRA merged on save)
+# (name, shared_prefix, lora, extra settings); the last one's final/ model is evaluated (LoRA merged on save)
 CONFIGS = [
-    ("shared_prefix=on lora=off", True, False),
-    ("shared_prefix=off lora=off", False, False),
-    ("shared_prefix=on lora=on", True, True),
-    ("shared_prefix=off lora=on", False, True),
+    ("shared_prefix=on lora=off", True, False, []),
+    ("shared_prefix=off lora=off", False, False, []),
+    ("shared_prefix=on gradient_checkpointing=on (block-masked prefix)", True, False, ["gradient_checkpointing=true"]),
+    ("shared_prefix=on lora=on", True, True, []),
+    ("shared_prefix=off lora=on", False, True, []),
 ]
 COMMON = [
     "model=tiny", "algorithm=ta-grpo", "train_data=arith", "arith_size=16", "arith_difficulty=1", "neighbors=rules",
@@ -88,7 +90,8 @@ def _device_of(module) -> str | None:
     return str(p.device) if p is not None else None
 
 
-def run_config(name: str, shared_prefix: bool, lora: bool, device: str, steps: int, autocast: str, run_dir: Path) -> dict:
+def run_config(name: str, shared_prefix: bool, lora: bool, extra: list[str], device: str, steps: int, autocast: str,
+               run_dir: Path) -> dict:
     """Train one configuration; returns its record (never raises)."""
     out: dict = {"name": name, "shared_prefix": shared_prefix, "lora": lora, "ok": False, "steps": [], "error": None,
                  "output_dir": str(run_dir)}
@@ -99,7 +102,7 @@ def run_config(name: str, shared_prefix: bool, lora: bool, device: str, steps: i
         from tagrpo.train.loop import Trainer
 
         overrides = [*COMMON, f"output_dir={run_dir}", f"device={device}", f"steps={steps}", f"autocast={autocast}",
-                     f"shared_prefix={str(shared_prefix).lower()}", f"lora={str(lora).lower()}"]
+                     f"shared_prefix={str(shared_prefix).lower()}", f"lora={str(lora).lower()}", *extra]
         out["overrides"] = overrides
         cfg = load_config(None, overrides)
         if cuda:
@@ -254,8 +257,8 @@ def main(argv: list[str] | None = None) -> int:
         work = args.work_dir
         work.mkdir(parents=True, exist_ok=True)
     try:
-        for i, (name, sp, lora) in enumerate(CONFIGS):
-            rec = run_config(name, sp, lora, device, steps, args.autocast, work / f"run{i}")
+        for i, (name, sp, lora, extra) in enumerate(CONFIGS):
+            rec = run_config(name, sp, lora, extra, device, steps, args.autocast, work / f"run{i}")
             report["configs"].append(rec)
             times = " ".join(f"{s['time/step']:.2f}s" for s in rec["steps"] if s.get("time/step") is not None)
             mem = f"  peak GPU {rec['peak_gpu_mem_mib']} MiB" if "peak_gpu_mem_mib" in rec else ""

@@ -57,6 +57,7 @@ def costs(model) -> tuple[float, float, int]:
     head count, from the model's config: products 2 x (q, o: h^2; k, v: h x kv; MLP: 3 h i) a
     token, scores and weighted sum 4 h a (query, key) pair."""
     c = unwrap_model(model).config
+    c = c.get_text_config() if hasattr(c, "get_text_config") else c  # composite (vision-language) configs
     h = c.hidden_size
     heads = getattr(c, "num_attention_heads", 1)
     kv = h * getattr(c, "num_key_value_heads", heads) // heads
@@ -142,4 +143,5 @@ def additive(mask: torch.Tensor) -> torch.Tensor:
 
 
 def kernel(model) -> str | None:
+    """The model's attention kernel now ('eager', 'sdpa', 'flash_attention_2', ...)."""
     return getattr(unwrap_model(model).config, "_attn_implementation", None)
