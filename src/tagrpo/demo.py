@@ -42,7 +42,7 @@ def run_demo(output_dir: Path = Path("runs/demo"), steps: int | None = None, ove
         f"[bold]tagrpo demo[/bold]: TA-GRPO (N={cfg.num_neighbors} rule neighbors, G={cfg.samples_per_variant}) on the embedded "
         f"SmolLM2-135M-Instruct, {cfg.steps} steps x {cfg.questions_per_step} arithmetic questions, then pass@k on "
         f"{heldout_questions} held-out problems before/after.\n"
-        "Offline, CPU only; it takes about 3 minutes on 2 cores of an AVX-512 CPU, about 5 on an AVX2-only one "
+        "Offline, CPU only; it takes about 2 minutes on 2 cores of a CPU with bf16 matmul units, about 5 on an AVX2-only one "
         "(the first run also converts the model, ~40 s). Run directory: " + str(output_dir)
     )
     t_start = time.perf_counter()
