@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from tagrpo.rollout.batching import width_multiple
 from tagrpo.train import logprobs as lp
 from tagrpo.train import packed_prefix, packing
 from tagrpo.train.batch import Sample, training_prompt
@@ -135,7 +136,8 @@ def _forward(learner: Learner, model, rows, mb, cfg: TrainConfig, want_entropy: 
     prompts = [rows[i][0] for i in mb]
     responses = [rows[i][1] for i in mb]
     shared = learner.shared_prefix and (not learner.packed_prefix or packed_prefix.supported(model))
-    per_row = packed_prefix.choose_per_row(model, prompts, responses) if shared and learner.packed_prefix else None
+    per_row = (packed_prefix.choose_per_row(model, prompts, responses, width_multiple(learner.device, learner.autocast))
+               if shared and learner.packed_prefix else None)  # as the forward will choose it
     counter["fwd_bwd" if torch.is_grad_enabled() else "fwd"] += packing.computed_tokens(prompts, responses, shared, per_row)
     return lp.response_logprobs(model, prompts, responses, pad_id=learner.pad_id, device=learner.device,
                                 temperature=cfg.temperature, autocast=learner.autocast, shared_prefix=shared,
