@@ -133,7 +133,8 @@ DDP_SCRIPT = textwrap.dedent("""
     from tagrpo.train.trainer import Trainer
     from tagrpo.train.config import load_config
     acc = Accelerator(cpu=True)
-    cfg = load_config(sys.argv[1], sys.argv[3:], world_size=acc.num_processes)
+    assert acc.num_processes == int(sys.argv[3]), (acc.num_processes, acc.distributed_type)  # really data-parallel
+    cfg = load_config(sys.argv[1], sys.argv[4:], world_size=acc.num_processes)
     t = Trainer(cfg, accelerator=acc); t.setup(); t.train()
     if acc.is_main_process:
         sd = {k: v.detach().double().sum().item() for k, v in acc.unwrap_model(t.model).state_dict().items()}
@@ -141,27 +142,43 @@ DDP_SCRIPT = textwrap.dedent("""
 """)
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("accelerate", path=str(BIN)) is None, reason="accelerate CLI not installed")
-def test_two_process_data_parallel_matches_one_process(tmp_path):
+@pytest.mark.skipif(shutil.which("torchrun", path=str(BIN)) is None, reason="torchrun not installed")
+@pytest.mark.parametrize("shared_prefix", [False, True])
+def test_two_process_data_parallel_matches_one_process(tmp_path, shared_prefix):
+    # shared_prefix: one process reuses each prompt's KV cache, two run it as one block-masked
+    # forward a prompt (two forwards before one backward would upset DDP): the same training
     rows = _rows_file(tmp_path)
     script = tmp_path / "ddp.py"
     script.write_text(DDP_SCRIPT)
     # one family per generate call: rollout seeds depend on (seed, step, family) only
     sets = ["steps=2", "questions_per_step=4", f"train_data={rows}", "reward=tagrpo.rewards.toy:parity_reward",
             "neighbors=column", "generate_batch_size=6", "save_final=false", "tensorboard=false", "beta=0.0",
-            "shared_prefix=false"]
+            f"shared_prefix={str(shared_prefix).lower()}"]
     out = {}
     for nproc in (1, 2):
         run = tmp_path / f"p{nproc}"
         sd = tmp_path / f"sd{nproc}.json"
-        cmd = [str(BIN / "accelerate"), "launch", "--num_processes", str(nproc), "--cpu", "--num_machines", "1",
-               "--mixed_precision", "no", "--dynamo_backend", "no", str(script), "configs/tiny.yaml", str(sd),
-               f"output_dir={run}", *sets]
+        # torchrun: `accelerate launch --cpu --num_processes 2` starts one process (its CPU
+        # launcher is mpirun's); under torchrun the Accelerator is MULTI_CPU over gloo
+        cmd = [str(BIN / "torchrun"), "--nproc_per_node", str(nproc), "--master_port", str(_free_port()), str(script),
+               "configs/tiny.yaml", str(sd), str(nproc), f"output_dir={run}", *sets]
         r = _run(cmd)
         assert r.returncode == 0, r.stderr[-4000:]
         out[nproc] = (_metrics(run), json.loads(sd.read_text()))
     (m1, sd1), (m2, sd2) = out[1], out[2]
+    if shared_prefix:  # each prompt computed once on both sides: fewer tokens than full rows
+        for a, b in zip(m1, m2):
+            assert a["train/computed_tokens_fwd_bwd"] < a["train/tokens"]
+            assert b["train/computed_tokens_fwd_bwd"] < b["train/tokens"]
     for a, b in zip(m1, m2):
         for k in ("reward/mean", "uniform/family", "uniform/q0", "adv/nonzero_frac", "rollout/responses", "train/rows", "train/tokens"):
             assert a[k] == pytest.approx(b[k], abs=1e-6), k

@@ -100,14 +100,14 @@ class Trainer:
                 policy.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
             else:
                 policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        # one prompt forward per family, reused through the KV cache, or under gradient checkpointing
-        # one forward with a block mask (a cache cannot be checkpointed); DDP runs full sequences
-        # (two forwards before one backward would mark parameters ready twice)
+        # one prompt forward per family, reused through the KV cache; under gradient checkpointing
+        # (a cache cannot be checkpointed) and DDP (two forwards before one backward would mark
+        # parameters ready twice) one forward with a block mask instead
         self.learner = Learner(model=self.model, optimizer=self.optimizer, scheduler=self.scheduler, device=self.device,
                                pad_id=self.tokenizer.pad_token_id, ref_model=self.ref_model, accelerator=self.acc,
                                autocast=autocast, chunked=chunked,
-                               shared_prefix=cfg.shared_prefix and self.world == 1,
-                               packed_prefix=cfg.gradient_checkpointing,
+                               shared_prefix=cfg.shared_prefix,
+                               packed_prefix=cfg.gradient_checkpointing or self.world > 1,
                                flat_grads=self._lean_cpu_memory and self.world == 1,
                                trim_heap=self._lean_cpu_memory)
         emb = policy.get_input_embeddings()

@@ -15,8 +15,9 @@ cache, so each decoder layer can be checkpointed; the same hidden states as the 
 L = Pm + S T' (S responses a row): attention costs L^2 instead of S (Pm + T')^2, so a prompt
 with many long responses is spread over several rows (`blocks_per_row`, from the model's
 per-layer FLOPs: SmolLM2-135M with 16 responses of 64 tokens, 8 a row; of 512 tokens, full rows
-again). Used only where the cache path cannot be (`gradient_checkpointing`), and only with
-attention kernels that take a custom mask (eager, SDPA).
+again). Used only where the cache path cannot be (`gradient_checkpointing`; DDP, whose gradient
+hooks expect one forward before each backward), and only with attention kernels that take a
+custom mask (eager, SDPA).
 """
 
 from __future__ import annotations

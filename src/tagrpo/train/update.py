@@ -51,7 +51,7 @@ class Learner:
     accelerator: object = None
     autocast: bool = False
     shared_prefix: bool = True
-    packed_prefix: bool = False  # the shared prefix as one block-masked forward (under gradient checkpointing)
+    packed_prefix: bool = False  # the shared prefix as one block-masked forward (gradient checkpointing, DDP)
     chunked: bool = True
     flat_grads: bool = False  # gradients are views of one buffer outside the heap, freed before each rollout
     trim_heap: bool = False  # give the heap's free pages back after each micro-batch's backward (glibc)
@@ -107,6 +107,11 @@ class Learner:
         t = torch.tensor([float(x)], dtype=torch.float64, device=self.device)
         return float(self.accelerator.reduce(t, reduction="sum").item())
 
+    def shares_prefix(self, model) -> bool:
+        """Whether a forward of `model` now shares its prompts: the block-masked form needs an
+        attention kernel that takes a custom mask (otherwise full rows)."""
+        return self.shared_prefix and (not self.packed_prefix or packed_prefix.supported(model))
+
     def base(self):
         return self.accelerator.unwrap_model(self.model) if self.accelerator is not None else self.model
 
@@ -135,7 +140,7 @@ class UpdateResult:
 def _forward(learner: Learner, model, rows, mb, cfg: TrainConfig, want_entropy: bool, counter: dict):
     prompts = [rows[i][0] for i in mb]
     responses = [rows[i][1] for i in mb]
-    shared = learner.shared_prefix and (not learner.packed_prefix or packed_prefix.supported(model))
+    shared = learner.shares_prefix(model)
     per_row = (packed_prefix.choose_per_row(model, prompts, responses, width_multiple(learner.device, learner.autocast))
                if shared and learner.packed_prefix else None)  # as the forward will choose it
     counter["fwd_bwd" if torch.is_grad_enabled() else "fwd"] += packing.computed_tokens(prompts, responses, shared, per_row)
@@ -209,7 +214,7 @@ def ppo_update(learner: Learner, samples: list[Sample], cfg: TrainConfig) -> Upd
     minis = mini_batches(samples, cfg.num_mini_batches)
     skip_zero = cfg.skip_zero_adv and cfg.beta == 0 and learner.world == 1  # every rank must run backward under DDP
     trained = [[i for i in mini if not (skip_zero and rows[i][2] == 0.0)] for mini in minis]
-    packs = [pack(rows, t, cfg.micro_batch_tokens, learner.shared_prefix) for t in trained]
+    packs = [pack(rows, t, cfg.micro_batch_tokens, learner.shares_prefix(learner.model)) for t in trained]
     all_batches = [b for pk in packs for b in pk]
     counter = res.computed_tokens
     if cfg.ppo_epochs > 1 or len(minis) > 1:
