@@ -386,3 +386,30 @@ def test_logged_logprobs_split_on_policy_from_anchored_rows(tmp_path, algorithm)
         assert m["train/logp_anchored"] != pytest.approx(m["train/logp_on_policy"], abs=1e-3)
     else:
         assert m["train/logp_anchored"] != m["train/logp_anchored"]  # NaN: no anchored rows
+
+
+def test_anchor_gap_watch_warns_once_after_a_full_window_above_the_threshold():
+    from tagrpo.train.metrics import AnchorGapWatch
+
+    w = AnchorGapWatch(threshold=2.0, window=3)
+    step = lambda i, on, anc: w.update({"step": i, "train/logp_on_policy": on, "train/logp_anchored": anc})  # noqa: E731
+    assert step(1, -0.2, -3.0) is None  # 2.8, but the window is not full yet
+    assert step(2, -0.2, -0.5) is None
+    assert step(3, -0.2, float("nan")) is None  # no anchored rows: not counted
+    assert step(4, -0.2, -3.0) is None  # mean(2.8, 0.3, 2.8) = 1.97 < 2
+    msg = step(5, -0.2, -3.4)  # mean(0.3, 2.8, 3.2) = 2.1
+    assert msg is not None and "step 5" in msg and "2.1 nats/token" in msg
+    assert step(6, -0.2, -9.0) is None  # once only
+
+
+@pytest.mark.parametrize("algorithm", ["ta-grpo", "grpo"])
+def test_trainer_prints_the_anchor_gap_warning_for_anchored_rows_only(tmp_path, algorithm):
+    from tagrpo.train.metrics import AnchorGapWatch
+
+    t = _trainer(tmp_path, f"algorithm={algorithm}", "skip_zero_adv=false", "save_every=0", "save_final=false")
+    t.anchor_watch = AnchorGapWatch(threshold=-100.0, window=1)  # any gap: the tiny model's is small
+    said: list[str] = []
+    t._say = said.append
+    t.train()
+    warnings = [s for s in said if "nats/token less likely under q0" in s]
+    assert len(warnings) == (1 if algorithm == "ta-grpo" else 0)

@@ -28,7 +28,7 @@ from tagrpo.errors import TagrpoError
 from tagrpo.train import batch as B
 from tagrpo.train.config import TrainConfig, dump_config
 from tagrpo.train.data import load_families, step_families
-from tagrpo.train.metrics import MetricsLog, diversity_metrics, rollout_metrics
+from tagrpo.train.metrics import AnchorGapWatch, MetricsLog, diversity_metrics, rollout_metrics
 from tagrpo.train.rollout import rollout
 from tagrpo.train.update import Learner, ppo_update
 
@@ -65,6 +65,7 @@ class Trainer:
         self.sampled_tokens = 0
         self.start_step = 0
         self.last_update: dict = {}
+        self.anchor_watch = AnchorGapWatch()  # TA-GRPO: anchored rows far off-policy under q0
         self._stop = False
 
     # ------------------------------------------------------------------ set-up
@@ -281,6 +282,8 @@ class Trainer:
                 last = self.train_step(step)
                 if self.log is not None:
                     self.log.log(last)
+                if msg := self.anchor_watch.update(last):
+                    self._say(f"[yellow]{msg}[/yellow]")
                 if progress is not None:
                     progress(last)
                 done = step + 1
