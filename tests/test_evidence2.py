@@ -283,6 +283,14 @@ def test_summarize_on_synthetic_runs(doc, tmp_path):
     a4 = json.loads((dest / "summary.json").read_text())["runs"]["a4-ta-grpo-s0"]["train"]
     assert a4["late_logp_anchored"] == pytest.approx(-1.8) and a4["late_length"] == pytest.approx(30.0)
     assert "| logp on-policy | logp anchored |" in md
+    brief = subprocess.run([sys.executable, str(E2 / "brief.py"), str(dest / "summary.json")], capture_output=True, text=True)
+    assert brief.returncode == 0, brief.stderr
+    b = brief.stdout  # RESULTS.md's tables: per-seed values after each mean, key differences on pass@1 / pass@16 only
+    p1 = [r["eval"]["heldout-form"]["pass@k"]["1"] for r in sorted(json.loads((dest / "summary.json").read_text())["runs"].values(),
+                                                                 key=lambda r: r["seed"]) if r["arm"] == 4]
+    assert "| 4 ta-grpo (generator) | 0,1,2 | " in b and " / ".join(f"{v:.2f}" for v in p1) in b
+    assert "| 6 ta-grpo (rules) | 0,1 |" in b  # the killed seed-2 run: neither trained nor evaluated in full
+    assert f"| 4 ta-grpo − 1 grpo | heldout-form pass@1 | 3 | {big['mean']:+.3f} |" in b and "pass@4" not in b
     assert SUM.main(["--out", str(out), "--dest", str(dest), "--study", str(study), "--pilot"]) == 0  # no pilot runs: a table of dashes
     assert "d1-lr1e-5" in (dest / "pilot.md").read_text()
 

@@ -392,7 +392,7 @@ def test_anchor_gap_watch_warns_once_after_a_full_window_above_the_threshold():
     from tagrpo.train.metrics import AnchorGapWatch
 
     w = AnchorGapWatch(threshold=2.0, window=3)
-    step = lambda i, on, anc: w.update({"step": i, "train/logp_on_policy": on, "train/logp_anchored": anc})  # noqa: E731
+    step = lambda i, on, anc: w.update({"step": i, "train/logp_on_policy": on, "train/logp_anchored": anc})
     assert step(1, -0.2, -3.0) is None  # 2.8, but the window is not full yet
     assert step(2, -0.2, -0.5) is None
     assert step(3, -0.2, float("nan")) is None  # no anchored rows: not counted
