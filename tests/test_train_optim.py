@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
+from tagrpo.train import optim
 from tagrpo.train.optim import AdamWBF16State, to_bf16_stochastic
+
+# both ways of running the step: the eager chunked ops and the compiled one-pass kernel
+PATHS = pytest.mark.parametrize("compile", [False, True], ids=["eager", "fused"])
 
 
 def test_stochastic_rounding_is_unbiased_and_lands_on_the_two_neighbours():
@@ -25,10 +31,11 @@ def _pair(seed=0, shape=(64, 33)):
     return a, b
 
 
+@PATHS
 @pytest.mark.parametrize("wd", [0.0, 0.1])
-def test_first_step_equals_torch_adamw(wd):
+def test_first_step_equals_torch_adamw(wd, compile):
     a, b = _pair()
-    ours = AdamWBF16State([a], lr=1e-2, weight_decay=wd)
+    ours = AdamWBF16State([a], lr=1e-2, weight_decay=wd, compile=compile)
     ref = torch.optim.AdamW([b], lr=1e-2, weight_decay=wd)
     g = torch.randn_like(a)
     a.grad, b.grad = g.clone(), g.clone()
@@ -39,12 +46,13 @@ def test_first_step_equals_torch_adamw(wd):
     torch.testing.assert_close(ours.state[a]["exp_avg"].float(), ref.state[b]["exp_avg"], rtol=2**-7, atol=0)
 
 
-def test_training_trajectory_follows_torch_adamw():
+@PATHS
+def test_training_trajectory_follows_torch_adamw(compile):
     """300 steps of noisy gradients on a quadratic: parameters and moments stay close to float32
     AdamW's (the difference is < 1% of how far the parameters moved)."""
     a, b = _pair(1, (4096,))
     start = b.detach().clone()
-    ours = AdamWBF16State([a], lr=1e-3, betas=(0.9, 0.999), chunk=1000)  # several chunks per tensor
+    ours = AdamWBF16State([a], lr=1e-3, betas=(0.9, 0.999), chunk=1000, compile=compile)  # eager: several chunks
     ref = torch.optim.AdamW([b], lr=1e-3, betas=(0.9, 0.999))
     gen = torch.Generator().manual_seed(2)
     for _ in range(300):
@@ -60,13 +68,14 @@ def test_training_trajectory_follows_torch_adamw():
     assert abs(float(v_ours.mean() / v_ref.mean()) - 1) < 0.01
 
 
-def test_second_moment_does_not_stall_where_round_to_nearest_would():
+@PATHS
+def test_second_moment_does_not_stall_where_round_to_nearest_would(compile):
     """A constant gradient of 1 with beta2 = 0.999: float32 v reaches 1 - 0.999^t. Rounded to
     nearest bfloat16 at every step it stops growing near 1/3 (each increment falls below half a
     bfloat16 step); stochastic rounding keeps it on course."""
     steps, b2 = 2000, 0.999
     p = torch.nn.Parameter(torch.zeros(2048))
-    opt = AdamWBF16State([p], lr=1e-4, betas=(0.9, b2))
+    opt = AdamWBF16State([p], lr=1e-4, betas=(0.9, b2), compile=compile)
     v_nearest = torch.zeros(2048, dtype=torch.bfloat16)
     for _ in range(steps):
         p.grad = torch.ones_like(p)
@@ -77,9 +86,10 @@ def test_second_moment_does_not_stall_where_round_to_nearest_would():
     assert float(v_nearest.float().mean()) < 0.6 * exact  # what plain bfloat16 storage would give
 
 
-def test_zero_gradient_step_with_state_moves_like_torch_and_none_gradients_are_skipped():
+@PATHS
+def test_zero_gradient_step_with_state_moves_like_torch_and_none_gradients_are_skipped(compile):
     a, b = _pair(3, (8, 8))
-    ours, ref = AdamWBF16State([a], lr=1e-2), torch.optim.AdamW([b], lr=1e-2)
+    ours, ref = AdamWBF16State([a], lr=1e-2, compile=compile), torch.optim.AdamW([b], lr=1e-2)
     g = torch.randn_like(a)
     a.grad, b.grad = g.clone(), g.clone()
     ours.step(), ref.step()
@@ -92,6 +102,63 @@ def test_zero_gradient_step_with_state_moves_like_torch_and_none_gradients_are_s
     before = a.detach().clone()
     ours.step()
     assert torch.equal(a.detach(), before)
+
+
+@PATHS
+def test_moments_are_rounded_unbiased_onto_the_two_neighbours(compile):
+    """A constant gradient makes every element's float32 moment the same value between two
+    bfloat16 numbers: the stored moments take only those two values, with the float32 mean."""
+    p = torch.nn.Parameter(torch.zeros(200_000))
+    opt = AdamWBF16State([p], lr=1e-3, betas=(0.9, 0.999), compile=compile)
+    p.grad = torch.full_like(p, (1.0 + 2**-10) / 0.1)  # m = 1 + 2^-10: 1/8 of a bfloat16 step above 1
+    opt.step()
+    m, v = opt.state[p]["exp_avg"].float(), opt.state[p]["exp_avg_sq"].float()
+    assert set(m.unique().tolist()) == {1.0, 1.0 + 2**-7}
+    assert abs(float(m.mean()) - (1.0 + 2**-10)) < 2e-5  # round-to-nearest would give exactly 1.0
+    v32 = torch.tensor(0.001 * ((1.0 + 2**-10) / 0.1) ** 2).item()
+    assert len(v.unique()) == 2 and abs(float(v.mean()) / v32 - 1) < 2e-4
+    # the two moments' noise is not the same draw: their round-ups are uncorrelated
+    up_m, up_v = (m > 1.0).float(), (v > v32).float()
+    assert abs(float(torch.corrcoef(torch.stack([up_m, up_v]))[0, 1])) < 0.02
+
+
+@PATHS
+def test_a_resumed_optimizer_rounds_as_the_original(compile):
+    a, _ = _pair(5, (300,))
+    b = torch.nn.Parameter(a.detach().clone())
+    first = AdamWBF16State([a], lr=1e-2, compile=compile)
+    grads = [torch.randn_like(a) for _ in range(3)]
+    a.grad = grads[0]
+    first.step()
+    resumed = AdamWBF16State([b], lr=1e-2, compile=compile)
+    b.grad = grads[0]
+    resumed.step()  # allocates the state, then overwritten by the checkpoint's
+    resumed.load_state_dict(copy.deepcopy(first.state_dict()))  # as from a file: no shared tensors
+    b.data.copy_(a.detach())
+    for g in grads[1:]:
+        a.grad, b.grad = g.clone(), g.clone()
+        first.step(), resumed.step()
+    assert torch.equal(a.detach(), b.detach())
+    assert torch.equal(first.state[a]["exp_avg_sq"], resumed.state[b]["exp_avg_sq"])
+
+
+def test_a_kernel_that_cannot_be_built_falls_back_to_the_eager_path_with_a_warning(monkeypatch):
+    def broken(*args):
+        raise RuntimeError("no C++ compiler found\nsecond line")
+
+    a, b = _pair(6, (40,))
+    monkeypatch.setitem(optim._COMPILED, "fn", broken)
+    with pytest.raises(RuntimeError, match="no C\\+\\+ compiler"):  # compile=True: the error itself
+        a.grad = torch.randn_like(a)
+        AdamWBF16State([a], lr=1e-2, compile=True).step()
+    ours, eager = AdamWBF16State([a], lr=1e-2), AdamWBF16State([b], lr=1e-2, compile=False)
+    a.grad, b.grad = torch.randn_like(a), None
+    b.grad = a.grad.clone()
+    with pytest.warns(RuntimeWarning, match="fused AdamW kernel could not be built .*no C\\+\\+ compiler found\\); using the eager"):
+        ours.step()
+    eager.step()
+    assert torch.equal(a.detach(), b.detach())  # the same eager step, same noise
+    assert optim._COMPILED["fn"] is None  # not tried again
 
 
 def test_state_dict_round_trip_keeps_bf16_moments():
@@ -124,8 +191,6 @@ def test_config_selects_the_optimizer_and_rejects_unknown_states():
 def test_trainer_trains_with_bf16_moments_and_rounding_is_reproducible(tmp_path):
     """A tiny run with optimizer_state: bf16 updates the weights, keeps bfloat16 moments, and two
     runs with the same seed end with the same weights (the rounding noise is seeded by step)."""
-    import copy
-
     from train_helpers import ROWS, tiny_cfg
 
     from tagrpo.train.trainer import Trainer

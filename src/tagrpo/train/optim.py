@@ -15,14 +15,24 @@ optimizers). The arithmetic of a step is float32 and identical to torch.optim.Ad
 
 Work runs over slices of at most `chunk` elements in reused buffers, so the float32 temporaries
 stay small (the embedding matrix alone is 28M parameters), and one random int32 an element gives
-both moments their 16 noise bits (`benchmarks/memory/optim_speed.py`: 2x faster than two draws
-and fresh temporaries; still ~10x torch's fused fp32 AdamW, the random draws being most of it). torchao's versions need torch.compile, which on a CPU
-means a C++ build per parameter shape; this one is plain tensor ops.
+both moments their 16 noise bits. That eager path is ~15 passes over memory a parameter (~10x
+torch's fused fp32 AdamW, `benchmarks/memory/optim_speed.py`). Where torch.compile can build a
+kernel (a C++ compiler on CPU, Triton on CUDA) the whole update of a parameter runs instead as ONE
+fused pass (`_fused_update`): its rounding noise comes from a counter-based hash of (step,
+parameter, element index) computed inside the kernel rather than from a generator, so it needs no
+random draws, no temporaries and no chunks, and a resumed run still rounds as the original. One
+build, for every shape (dynamic shapes), costs a few seconds once per process (cached on disk
+across processes by torch); `compile=False` keeps the eager path, and a failed build falls back to
+it with a warning. The two paths do the same float32 arithmetic with different noise streams.
 """
 
 from __future__ import annotations
 
+import warnings
+
 import torch
+
+_M32 = 0xFFFFFFFF
 
 
 def _round_into(dst: torch.Tensor, x: torch.Tensor, noise: torch.Tensor) -> None:
@@ -43,15 +53,81 @@ def to_bf16_stochastic(x: torch.Tensor, generator: torch.Generator | None = None
     return out
 
 
+def _hash32(x: torch.Tensor) -> torch.Tensor:
+    """int64 in [0, 2^32) -> int64 in [0, 2^32): a 32-bit integer mixer (xor-shift-multiply, the
+    shape of Wellons' lowbias32; multipliers < 2^31 so no product leaves int64)."""
+    x = x ^ (x >> 16)
+    x = (x * 0x7FEB352D) & _M32
+    x = x ^ (x >> 15)
+    x = (x * 0x446CA68B) & _M32
+    return x ^ (x >> 16)
+
+
+def _round_bf16(x: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """`_round_into` as a pure function (for the fused kernel): noise int64 in [0, 2^16)."""
+    bits = (x.view(torch.int32) + noise.to(torch.int32)) & -65536
+    return bits.view(torch.float32).to(torch.bfloat16)
+
+
+def _fused_update(p: torch.Tensor, g: torch.Tensor, m: torch.Tensor, v: torch.Tensor, seed: torch.Tensor,
+                  hp: torch.Tensor) -> None:
+    """One AdamW step of a flat parameter with bfloat16 moments, in place; written to be compiled
+    into one pass. seed: int64 0-d in [0, 2^32); hp: float32 [1 - b1, b2, 1 - b2, 1 - lr wd,
+    lr / (1 - b1^t), sqrt(1 - b2^t), eps]."""
+    bits = _hash32(_hash32(torch.arange(p.numel(), device=p.device, dtype=torch.int64)) ^ seed)
+    g = g.float()
+    m32 = torch.lerp(m.float(), g, hp[0])
+    v32 = v.float() * hp[1] + g * g * hp[2]
+    m.copy_(_round_bf16(m32, bits & 0xFFFF))
+    v.copy_(_round_bf16(v32, bits >> 16))
+    p.mul_(hp[3]).sub_(hp[4] * m32 / (v32.sqrt() / hp[5] + hp[6]))
+
+
+def _mix_seed(seed: int) -> int:
+    """A Python int -> [0, 2^32), mixed so that neighbouring seeds give unrelated noise."""
+    return int(_hash32(torch.tensor(seed & _M32, dtype=torch.int64)))
+
+
+_COMPILED: dict = {}  # "fn" -> the compiled `_fused_update`, or None after a failed build
+
+
+def _compiled_update():
+    if "fn" not in _COMPILED:
+        _COMPILED["fn"] = torch.compile(_fused_update, dynamic=True, fullgraph=True)
+    return _COMPILED["fn"]
+
+
 class AdamWBF16State(torch.optim.Optimizer):
     """torch.optim.AdamW's update with bfloat16 moments (see the module docstring)."""
 
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 1e-2,
-                 chunk: int = 1 << 22):
+                 chunk: int = 1 << 22, compile: bool | None = None):
+        """compile: True = the fused kernel (an error when it cannot be built), False = the eager
+        path, None = the fused kernel where it builds, else the eager path with a warning."""
         if lr < 0 or eps < 0 or weight_decay < 0 or not (0 <= betas[0] < 1 and 0 <= betas[1] < 1):
             raise ValueError(f"invalid AdamW settings: lr={lr}, betas={betas}, eps={eps}, weight_decay={weight_decay}")
         super().__init__(params, {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay})
         self.chunk = chunk
+        self.compile = compile
+
+    def _fused(self, p, state, seed: int, hp: list[float]) -> bool:
+        """The compiled one-pass update of `p`; False when it is off or could not be built."""
+        if self.compile is False or _COMPILED.get("fn", True) is None:
+            return False
+        fn = _compiled_update()
+        try:
+            fn(p.view(-1), p.grad.reshape(-1), state["exp_avg"].view(-1), state["exp_avg_sq"].view(-1),
+               torch.tensor(_mix_seed(seed), dtype=torch.int64, device=p.device),
+               torch.tensor(hp, dtype=torch.float32, device=p.device))
+        except Exception as e:  # no compiler, an unsupported backend: keep training on the eager path
+            if self.compile:
+                raise
+            _COMPILED["fn"] = None
+            warnings.warn(f"optimizer_state: bf16: the fused AdamW kernel could not be built "
+                          f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); using the eager path "
+                          "(same arithmetic, ~10x slower optimizer step)", RuntimeWarning, stacklevel=3)
+            return False
+        return True
 
     def load_state_dict(self, state_dict) -> None:
         """torch casts loaded state to the parameters' dtype; the moments stay bfloat16."""
@@ -82,7 +158,10 @@ class AdamWBF16State(torch.optim.Optimizer):
                 t = float(state["step"])
                 bc1, bc2_sqrt = 1 - b1 ** t, (1 - b2 ** t) ** 0.5
                 # rounding noise seeded by (step, parameter): a resumed run rounds as the original
-                gen = torch.Generator(p.device).manual_seed(int(t) * 1_000_003 + j)
+                seed = int(t) * 1_000_003 + j
+                if self._fused(p, state, seed, [1 - b1, b2, 1 - b2, 1 - lr * wd, lr / bc1, bc2_sqrt, eps]):
+                    continue
+                gen = torch.Generator(p.device).manual_seed(seed)
                 flat_p, flat_g = p.view(-1), p.grad.reshape(-1)
                 flat_m, flat_v = state["exp_avg"].view(-1), state["exp_avg_sq"].view(-1)
                 n_all = flat_p.numel()
