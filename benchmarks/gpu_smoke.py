@@ -6,7 +6,9 @@ run on a CUDA machine is the real test, and its numbers belong in benchmarks/RES
 What it does, on one CUDA device:
 1. Trains `model: tiny` (a random 2-layer Llama, no download) with TA-GRPO for 3 steps in five
    configurations, shared_prefix on/off x LoRA on/off and shared prefix with gradient
-   checkpointing (the block-masked one-forward prefix, SDPA with a custom mask on CUDA), all with beta = 0.01 (a frozen reference
+   checkpointing (the block-masked one-forward prefix, SDPA with a custom mask on CUDA) and
+   bf16 AdamW moments (the fused torch.compile kernel: Triton on CUDA; which path ran is
+   recorded as "bf16_adamw"), all with beta = 0.01 (a frozen reference
    model, or the LoRA base with the adapter disabled) and `device: cuda`, bf16 autocast, a toy
    parity reward (so advantages are non-zero) and rule neighbors on built-in arithmetic problems.
    Each configuration runs `Trainer.setup()` then `Trainer.train()` (checkpoint and `final/`
@@ -54,7 +56,8 @@ REPO = Path(__file__).resolve().parents[1]
 CONFIGS = [
     ("shared_prefix=on lora=off", True, False, []),
     ("shared_prefix=off lora=off", False, False, []),
-    ("shared_prefix=on gradient_checkpointing=on (block-masked prefix)", True, False, ["gradient_checkpointing=true"]),
+    ("shared_prefix=on gradient_checkpointing=on optimizer_state=bf16 (the demo's memory settings)", True, False,
+     ["gradient_checkpointing=true", "optimizer_state=bf16"]),
     ("shared_prefix=on lora=on", True, True, []),
     ("shared_prefix=off lora=on", False, True, []),
 ]
@@ -124,6 +127,10 @@ def run_config(name: str, shared_prefix: bool, lora: bool, extra: list[str], dev
         t1 = time.perf_counter()
         trainer.train(progress=on_step)
         out["train_s"] = round(time.perf_counter() - t1, 3)
+        if "optimizer_state=bf16" in extra:
+            from tagrpo.train import optim
+
+            out["bf16_adamw"] = "fused kernel" if optim._COMPILED.get("fn") is not None else "eager (kernel not built)"
         if cuda:
             torch.cuda.synchronize()
             out["peak_gpu_mem_mib"] = _mib(torch.cuda.max_memory_allocated())
@@ -262,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
             report["configs"].append(rec)
             times = " ".join(f"{s['time/step']:.2f}s" for s in rec["steps"] if s.get("time/step") is not None)
             mem = f"  peak GPU {rec['peak_gpu_mem_mib']} MiB" if "peak_gpu_mem_mib" in rec else ""
-            print(f"[{'ok' if rec['ok'] else 'FAIL'}] {name}: steps {times or '-'}{mem}  devices {rec.get('devices')}")
+            kernel = f"  bf16 AdamW: {rec['bf16_adamw']}" if "bf16_adamw" in rec else ""
+            print(f"[{'ok' if rec['ok'] else 'FAIL'}] {name}: steps {times or '-'}{mem}  devices {rec.get('devices')}{kernel}")
             if rec["error"]:
                 print(f"    error: {rec['error']}")
             if rec.get("traceback"):

@@ -95,7 +95,8 @@ class TrainConfig:
     adam_beta1: float = doc("AdamW beta1.", 0.9)
     adam_beta2: float = doc("AdamW beta2.", 0.999)
     optimizer_state: str = doc("dtype of the AdamW moments: fp32 (torch's fused AdamW) or bf16 (4 bytes a parameter "
-                               "instead of 8, stochastically rounded; train/optim.py).", "fp32")
+                               "instead of 8, stochastically rounded; one fused torch.compile kernel where it builds, "
+                               "a few seconds once per process, else plain tensor ops; train/optim.py).", "fp32")
     schedule: str = doc("LR schedule after warm-up: cosine, linear or constant.", "cosine")
     warmup_ratio: float = doc("Fraction of steps of linear warm-up.", 0.1)
     max_grad_norm: float = doc("Gradient clipping norm (0 = off).", 1.0)
