@@ -57,7 +57,7 @@ CONFIGS = [
     ("shared_prefix=on lora=off", True, False, []),
     ("shared_prefix=off lora=off", False, False, []),
     ("shared_prefix=on gradient_checkpointing=on optimizer_state=bf16 (the demo's memory settings)", True, False,
-     ["gradient_checkpointing=true", "optimizer_state=bf16"]),
+     ["gradient_checkpointing=true", "optimizer_state=bf16", "bf16_adamw_kernel=fused"]),
     ("shared_prefix=on lora=on", True, True, []),
     ("shared_prefix=off lora=on", False, True, []),
 ]

@@ -186,9 +186,26 @@ def test_config_selects_the_optimizer_and_rejects_unknown_states():
     assert isinstance(opt, torch.optim.AdamW)
     with pytest.raises(TagrpoError, match="optimizer_state.*fp32, bf16"):
         TrainConfig(optimizer_state="int8").validate()
+    with pytest.raises(TagrpoError, match="bf16_adamw_kernel.*'triton'.*auto, fused, eager"):
+        TrainConfig(bf16_adamw_kernel="triton").validate()
 
 
-def test_trainer_trains_with_bf16_moments_and_rounding_is_reproducible(tmp_path):
+def test_bf16_adamw_kernel_auto_builds_the_fused_kernel_only_for_runs_long_enough_to_pay_for_it():
+    from tagrpo.train.config import TrainConfig
+    from tagrpo.train.model import bf16_adamw_compile, make_optimizer
+
+    assert bf16_adamw_compile("fused", 1, 10) is True and bf16_adamw_compile("eager", 10**4, 10**9) is False
+    assert bf16_adamw_compile("auto", 6, 134_515_008) is False  # the demo: 6 updates of SmolLM2-135M
+    assert bf16_adamw_compile("auto", 15, 134_515_008) is None  # fused, eager if it cannot be built
+    model = torch.nn.Linear(4, 3)  # 15 parameters: auto stays eager however long the run
+    opt, _ = make_optimizer(model, TrainConfig(optimizer_state="bf16", steps=1000).validate())
+    assert opt.compile is False
+    cfg = TrainConfig(optimizer_state="bf16", steps=2, ppo_epochs=2, bf16_adamw_kernel="fused").validate()
+    assert make_optimizer(model, cfg)[0].compile is True
+
+
+@pytest.mark.parametrize("kernel", ["eager", "fused"])
+def test_trainer_trains_with_bf16_moments_and_rounding_is_reproducible(tmp_path, kernel):
     """A tiny run with optimizer_state: bf16 updates the weights, keeps bfloat16 moments, and two
     runs with the same seed end with the same weights (the rounding noise is seeded by step)."""
     from train_helpers import ROWS, tiny_cfg
@@ -197,12 +214,13 @@ def test_trainer_trains_with_bf16_moments_and_rounding_is_reproducible(tmp_path)
 
     finals = []
     for run in ("a", "b"):
-        t = Trainer(tiny_cfg(tmp_path / run, "optimizer_state=bf16", "steps=2"), rows=copy.deepcopy(ROWS))
+        t = Trainer(tiny_cfg(tmp_path / run, "optimizer_state=bf16", f"bf16_adamw_kernel={kernel}", "steps=2"),
+                    rows=copy.deepcopy(ROWS))
         t.setup()
         start = [p.detach().clone() for p in t.model.parameters()]
         t.train()
         inner = getattr(t.optimizer, "optimizer", t.optimizer)
-        assert isinstance(inner, AdamWBF16State)
+        assert isinstance(inner, AdamWBF16State) and inner.compile is (kernel == "fused")
         assert all(s["exp_avg_sq"].dtype == torch.bfloat16 for s in inner.state.values())
         assert any(not torch.equal(a, p) for a, p in zip(start, t.model.parameters()))
         finals.append([p.detach().clone() for p in t.model.parameters()])

@@ -25,6 +25,7 @@ AUTOCAST = ("auto", "bf16", "none")
 NEIGHBOR_SOURCES = ("auto", "column", "rules", "generator")
 DEVICES = ("auto", "cpu", "cuda")
 OPTIMIZER_STATES = ("fp32", "bf16")
+BF16_ADAMW_KERNELS = ("auto", "fused", "eager")
 
 
 def doc(text: str, default):
@@ -95,8 +96,11 @@ class TrainConfig:
     adam_beta1: float = doc("AdamW beta1.", 0.9)
     adam_beta2: float = doc("AdamW beta2.", 0.999)
     optimizer_state: str = doc("dtype of the AdamW moments: fp32 (torch's fused AdamW) or bf16 (4 bytes a parameter "
-                               "instead of 8, stochastically rounded; one fused torch.compile kernel where it builds, "
-                               "a few seconds once per process, else plain tensor ops; train/optim.py).", "fp32")
+                               "instead of 8, stochastically rounded; train/optim.py; see bf16_adamw_kernel).", "fp32")
+    bf16_adamw_kernel: str = doc("How optimizer_state: bf16 runs its step: fused (one torch.compile kernel, ~5x faster "
+                                 "than eager, built once per process in ~5-10 s on a CPU), eager (plain tensor ops) or auto "
+                                 "(fused when the run's updates x trainable parameters reach 2e9, where the build pays "
+                                 "for itself: 15 updates of a 135M model; else eager).", "auto")
     schedule: str = doc("LR schedule after warm-up: cosine, linear or constant.", "cosine")
     warmup_ratio: float = doc("Fraction of steps of linear warm-up.", 0.1)
     max_grad_norm: float = doc("Gradient clipping norm (0 = off).", 1.0)
@@ -136,7 +140,7 @@ class TrainConfig:
 
         for key, choices in (("algorithm", ALGORITHMS), ("augment", AUGMENT), ("schedule", SCHEDULES),
                              ("autocast", AUTOCAST), ("neighbors", NEIGHBOR_SOURCES), ("device", DEVICES),
-                             ("optimizer_state", OPTIMIZER_STATES)):
+                             ("optimizer_state", OPTIMIZER_STATES), ("bf16_adamw_kernel", BF16_ADAMW_KERNELS)):
             if getattr(self, key) not in choices:
                 bad(key, f"{getattr(self, key)!r} is not valid; choose one of {', '.join(choices)}")
         from tagrpo.core import AGGREGATIONS, SCALES
