@@ -17,7 +17,7 @@ Work runs over slices of at most `chunk` elements in reused buffers, so the floa
 stay small (the embedding matrix alone is 28M parameters), and one random int32 an element gives
 both moments their 16 noise bits. That eager path is ~15 passes over memory a parameter (~10x
 torch's fused fp32 AdamW, `benchmarks/memory/optim_speed.py`). Where torch.compile can build a
-kernel (a C++ compiler on CPU, Triton on CUDA) the whole update of a parameter runs instead as ONE
+kernel (a C++ compiler on CPU; Triton on CUDA, untested: no GPU yet) the whole update of a parameter runs instead as ONE
 fused pass (`_fused_update`): its rounding noise comes from a counter-based hash of (step,
 parameter, element index) computed inside the kernel rather than from a generator, so it needs no
 random draws, no temporaries and no chunks, and a resumed run still rounds as the original. One
