@@ -291,6 +291,17 @@ def test_summarize_on_synthetic_runs(doc, tmp_path):
     assert "| 4 ta-grpo (generator) | 0,1,2 | " in b and " / ".join(f"{v:.2f}" for v in p1) in b
     assert "| 6 ta-grpo (rules) | 0,1 |" in b  # the killed seed-2 run: neither trained nor evaluated in full
     assert f"| 4 ta-grpo − 1 grpo | heldout-form pass@1 | 3 | {big['mean']:+.3f} |" in b and "pass@4" not in b
+    doc_md = tmp_path / "RESULTS.md"  # --into: the marked block replaced in place, the rest kept
+    doc_md.write_text("# R\n\nbefore\n<!-- brief.py: the command -->\nold table\n<!-- /brief.py -->\nafter\n")
+    into = subprocess.run([sys.executable, str(E2 / "brief.py"), str(dest / "summary.json"), "--into", str(doc_md)],
+                          capture_output=True, text=True)
+    assert into.returncode == 0, into.stderr
+    assert doc_md.read_text() == f"# R\n\nbefore\n<!-- brief.py: the command -->\n{b.rstrip(chr(10))}\n<!-- /brief.py -->\nafter\n"
+    doc_md.write_text("no markers\n")
+    bad = subprocess.run([sys.executable, str(E2 / "brief.py"), str(dest / "summary.json"), "--into", str(doc_md)],
+                         capture_output=True, text=True)
+    assert bad.returncode != 0 and "RESULTS.md: needs exactly one '<!-- brief.py" in bad.stderr
+    assert doc_md.read_text() == "no markers\n"
     assert SUM.main(["--out", str(out), "--dest", str(dest), "--study", str(study), "--pilot"]) == 0  # no pilot runs: a table of dashes
     assert "d1-lr1e-5" in (dest / "pilot.md").read_text()
 

@@ -2,6 +2,10 @@
 
     python benchmarks/evidence2/summarize.py --out benchmarks/evidence2/results/study --dest DIR
     python benchmarks/evidence2/brief.py DIR/summary.json > DIR/brief.md
+    python benchmarks/evidence2/brief.py DIR/summary.json --into benchmarks/RESULTS.md   # in place
+
+`--into FILE` replaces what lies between the lines `<!-- brief.py...-->` and `<!-- /brief.py -->`
+in FILE (the marker lines stay) and leaves the rest of the file as it was.
 
 Three tables, each value per seed so that the spread between seeds shows: held-out pass@1 /
 pass@16 per arm and set; the late-training regime and budget per arm; the key paired differences
@@ -86,14 +90,36 @@ def diff_table(summary: dict) -> list[str]:
     return lines
 
 
-def main() -> None:
+OPEN, CLOSE = "<!-- brief.py", "<!-- /brief.py -->"
+
+
+def replace_block(text: str, block: str, where: str = "the file") -> str:
+    """`text` with the lines between the OPEN... and CLOSE marker lines replaced by `block`."""
+    lines = text.split("\n")
+    opens = [i for i, ln in enumerate(lines) if ln.startswith(OPEN)]
+    closes = [i for i, ln in enumerate(lines) if ln.strip() == CLOSE]
+    if len(opens) != 1 or len(closes) != 1 or closes[0] < opens[0]:
+        raise SystemExit(f"{where}: needs exactly one '{OPEN} ... -->' line followed by one '{CLOSE}' line "
+                         f"(found {len(opens)} and {len(closes)})")
+    return "\n".join([*lines[: opens[0] + 1], block, *lines[closes[0]:]])
+
+
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("summary", type=Path, help="summary.json written by summarize.py")
-    s = json.loads(ap.parse_args().summary.read_text())
+    ap.add_argument("--into", type=Path, help="a Markdown file whose marked block to replace (see above)")
+    args = ap.parse_args(argv)
+    s = json.loads(args.summary.read_text())
     out = ["Held-out pass@1 / pass@16 (40 questions a set, n = 16; mean, then each seed):", "", *passk_table(s), "",
            "Late training (last half of the steps; mean, then each seed) and budget:", "", *train_table(s), "",
            "Key differences (paired by seed, pass@k also by question):", "", *diff_table(s)]
-    print("\n".join(out))
+    if args.into is None:
+        print("\n".join(out))
+        return
+    new = replace_block(args.into.read_text(), "\n".join(out), str(args.into))
+    tmp = args.into.with_name(args.into.name + ".tmp")
+    tmp.write_text(new)
+    tmp.replace(args.into)
 
 
 if __name__ == "__main__":
