@@ -53,9 +53,9 @@ def to_bf16_stochastic(x: torch.Tensor, generator: torch.Generator | None = None
     return out
 
 
-def _hash32(x: torch.Tensor) -> torch.Tensor:
-    """int64 in [0, 2^32) -> int64 in [0, 2^32): a 32-bit integer mixer (xor-shift-multiply, the
-    shape of Wellons' lowbias32; multipliers < 2^31 so no product leaves int64)."""
+def _hash32(x):
+    """int64 tensor (or Python int) in [0, 2^32) -> the same in [0, 2^32): a 32-bit integer mixer
+    (xor-shift-multiply, the shape of Wellons' lowbias32; multipliers < 2^31 so no product leaves int64)."""
     x = x ^ (x >> 16)
     x = (x * 0x7FEB352D) & _M32
     x = x ^ (x >> 15)
@@ -85,7 +85,7 @@ def _fused_update(p: torch.Tensor, g: torch.Tensor, m: torch.Tensor, v: torch.Te
 
 def _mix_seed(seed: int) -> int:
     """A Python int -> [0, 2^32), mixed so that neighbouring seeds give unrelated noise."""
-    return int(_hash32(torch.tensor(seed & _M32, dtype=torch.int64)))
+    return _hash32(seed & _M32)
 
 
 _COMPILED: dict = {}  # "fn" -> the compiled `_fused_update`, or None after a failed build
@@ -125,7 +125,7 @@ class AdamWBF16State(torch.optim.Optimizer):
             _COMPILED["fn"] = None
             warnings.warn(f"optimizer_state: bf16: the fused AdamW kernel could not be built "
                           f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); using the eager path "
-                          "(same arithmetic, ~10x slower optimizer step)", RuntimeWarning, stacklevel=3)
+                          "(same arithmetic, ~5x slower optimizer step)", RuntimeWarning, stacklevel=3)
             return False
         return True
 
