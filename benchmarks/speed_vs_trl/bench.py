@@ -73,6 +73,28 @@ def rows(n: int = 256) -> list[dict]:
 
 
 # ------------------------------------------------------------------------------ children
+class Lockstep:
+    """A child's side of `lockstep.py`: with TAGRPO_BENCH_LOCKSTEP="GO_FD,DONE_FD" it writes one
+    byte to DONE_FD when set up and after each step, and waits for one on GO_FD before each step;
+    without it both are no-ops."""
+
+    def __init__(self, go: int | None = None, done: int | None = None):
+        self.go, self.done = go, done
+
+    @classmethod
+    def from_env(cls) -> Lockstep:
+        spec = os.environ.get("TAGRPO_BENCH_LOCKSTEP", "")
+        return cls(*(int(x) for x in spec.split(","))) if spec else cls()
+
+    def signal(self) -> None:
+        if self.done is not None:
+            os.write(self.done, b".")
+
+    def wait(self) -> None:
+        if self.go is not None and os.read(self.go, 1) != b".":
+            raise SystemExit("lockstep: the parent closed the pipe")
+
+
 def child_tagrpo(name: str, steps: int, out: Path, workdir: Path) -> dict:
     from tagrpo.train.config import load_config
     from tagrpo.train.trainer import Trainer
@@ -89,10 +111,14 @@ def child_tagrpo(name: str, steps: int, out: Path, workdir: Path) -> dict:
     sets += [x for x in os.environ.get("TAGRPO_BENCH_SETS", "").split(",") if x]
     t = Trainer(load_config(None, sets), rows=rows())
     t.setup()
+    gate = Lockstep.from_env()  # lockstep.py: one step at a time, taking turns with the other rows
+    gate.signal()
     recs = []
     sampled = 0.0  # perf/sampled_tokens is the running total
     for step in range(steps):
+        gate.wait()
         m = t.train_step(step)
+        gate.signal()
         sampled, new_tokens = m["perf/sampled_tokens"], m["perf/sampled_tokens"] - sampled
         recs.append({"step": m["time/step"], "gen": m["time/generate"] + m["time/reward"], "train": m["time/train"],
                      "completions": m.get("train/rows", 0),
