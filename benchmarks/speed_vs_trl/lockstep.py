@@ -78,7 +78,7 @@ class Child:
     def __init__(self, label: str, cmd: list[str], env: dict):
         go_r, self.go = os.pipe()
         self.done, done_w = os.pipe()
-        self.label = label
+        self.label, self.started = label, time.perf_counter()
         self.proc = subprocess.Popen(cmd, env={**env, "TAGRPO_BENCH_LOCKSTEP": f"{go_r},{done_w}"}, pass_fds=(go_r, done_w))
         os.close(go_r)
         os.close(done_w)
@@ -101,11 +101,11 @@ class Child:
 
 
 def run_lockstep(children: list[Child], steps: int, log=print) -> None:
-    """Set the rows up one after another, then run `steps` steps taking turns (turn_order)."""
+    """Wait until every row is set up (their processes set up side by side: not timed), then run
+    `steps` steps taking turns (turn_order)."""
     for c in children:
-        t0 = time.perf_counter()
         c.wait_signal("its set-up")
-        log(f"{c.label}: set up ({time.perf_counter() - t0:.0f} s)")
+        log(f"{c.label}: set up ({time.perf_counter() - c.started:.0f} s after its start)")
     by_label = {c.label: c for c in children}
     for step in range(steps):
         for label in turn_order(list(by_label), step):
