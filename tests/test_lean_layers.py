@@ -138,3 +138,77 @@ def test_trainer_policy_uses_lean_layers_unless_off(tmp_path):
         cfg = load_config(None, ["model=tiny", f"lean_layers={str(on).lower()}", f"output_dir={tmp_path}"])
         model, *_ = load_models(cfg, torch.device("cpu"))
         assert any(getattr(m, "_tagrpo_lean", False) for m in model.modules()) is on
+
+
+def _enable_checkpointing(model):
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_selective_checkpointing_keeps_the_mlp_out_of_the_recompute_with_the_same_gradients(autocast, monkeypatch):
+    """gradient_checkpointing_mode: selective (keep_mlp): under activation checkpointing each MLP
+    runs once (full checkpointing runs it again in backward), and every gradient equals the one
+    without checkpointing and with full checkpointing."""
+    ids = torch.randint(3, 200, (3, 17), generator=torch.Generator().manual_seed(2))
+    calls = {"n": 0}
+    fwd = SwiGLUMLP.forward
+
+    def counting(ctx, *args):
+        calls["n"] += 1
+        return fwd(ctx, *args)
+
+    monkeypatch.setattr(SwiGLUMLP, "forward", staticmethod(counting))
+    results = {}
+    for mode in ("none", "full", "selective"):
+        model = _model("llama", seed=3)
+        patch_model(model, keep_mlp=mode == "selective")
+        if mode != "none":
+            _enable_checkpointing(model)
+        calls["n"] = 0
+        results[mode] = _forward_backward(model, ids, autocast)
+        results[mode] += (calls["n"],)
+    layers = model.config.num_hidden_layers
+    assert results["none"][2] == layers
+    assert results["full"][2] == 2 * layers  # the recompute runs every MLP again
+    assert results["selective"][2] == layers  # not in selective mode
+    for mode in ("full", "selective"):
+        assert torch.equal(results[mode][0], results["none"][0])
+        for name, g in results["none"][1].items():
+            torch.testing.assert_close(results[mode][1][name], g, atol=1e-6, rtol=1e-5)
+
+
+def test_kept_mlp_tensors_are_freed_by_its_backward():
+    """keep_mlp holds x, gate and up on the graph node until the MLP's backward, not longer."""
+    model = _model("llama", seed=4)
+    patch_model(model, keep_mlp=True)
+    ids = torch.randint(3, 200, (2, 9), generator=torch.Generator().manual_seed(3))
+    logits = model(input_ids=ids).logits
+    nodes, seen = [], set()
+    stack = [logits.grad_fn]
+    while stack:  # every SwiGLUMLP node of the graph
+        fn = stack.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        if type(fn).__name__ == "SwiGLUMLPBackward":
+            nodes.append(fn)
+        stack.extend(f for f, _ in fn.next_functions)
+    assert len(nodes) == model.config.num_hidden_layers
+    assert all(n.kept is not None for n in nodes)
+    logits.float().sum().backward(retain_graph=False)
+    assert all(n.kept is None for n in nodes)
+
+
+def test_trainer_sets_selective_checkpointing_on_the_policy_mlps(tmp_path):
+    from tagrpo.train.config import load_config
+    from tagrpo.train.model import load_models
+
+    for gc, mode, keep in ((True, "selective", True), (True, "full", False), (False, "selective", False)):
+        cfg = load_config(None, ["model=tiny", f"gradient_checkpointing={str(gc).lower()}",
+                                 f"gradient_checkpointing_mode={mode}", f"output_dir={tmp_path}"])
+        model, *_ = load_models(cfg, torch.device("cpu"))
+        mlps = [m for m in model.modules() if hasattr(m, "gate_proj")]
+        assert mlps and all(getattr(m, "_tagrpo_keep", False) is keep for m in mlps)

@@ -52,6 +52,7 @@ def test_overrides_are_typed():
     ("warmup_ratio=1.5", "warmup_ratio"),
     ("augment=sometimes", "choose one of always, on-uniform"),
     ("neighbors=llm", "'llm' is not valid; choose one of auto, column, rules, generator"),
+    ("gradient_checkpointing_mode=attention", "'gradient_checkpointing_mode': 'attention' is not valid; choose one of full, selective"),
 ])
 def test_bad_values_fail_at_load_time(override, match):
     with pytest.raises(TagrpoError, match=match):
@@ -76,3 +77,13 @@ def test_yaml_errors_name_the_file(tmp_path):
     p.write_text("stepz: 1\n")
     with pytest.raises(TagrpoError, match=f"{p}: unknown config key 'stepz'"):
         load_config(p)
+
+
+def test_selective_checkpointing_warns_where_it_does_nothing():
+    def warned(*sets):
+        return [w for w in load_config(None, list(sets)).warnings() if "gradient_checkpointing_mode" in w]
+
+    assert not warned("gradient_checkpointing=true", "gradient_checkpointing_mode=selective")
+    assert "without gradient_checkpointing" in warned("gradient_checkpointing_mode=selective")[0]
+    assert "lean_layers, which is off" in warned("gradient_checkpointing=true", "gradient_checkpointing_mode=selective",
+                                                 "lean_layers=false")[0]

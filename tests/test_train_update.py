@@ -192,16 +192,18 @@ def test_config_refuses_batch_scaling_over_processes_and_warns_on_ta_grpo_withou
         load_config(None, ["device=tpu"])
 
 
-def test_gradient_checkpointing_gives_the_same_gradient(tmp_path, monkeypatch):
+@pytest.mark.parametrize("mode", ["full", "selective"])
+def test_gradient_checkpointing_gives_the_same_gradient(tmp_path, monkeypatch, mode):
     from tagrpo.train import packed_prefix
 
     # a prompt's responses in blocks of one row (for this tiny model the cost model picks full rows)
     monkeypatch.setattr(packed_prefix, "blocks_per_row", lambda *a, **kw: 99)
-    a = _trainer(tmp_path / "a", "gradient_checkpointing=true", "skip_zero_adv=false")
+    a = _trainer(tmp_path / "a", "gradient_checkpointing=true", "skip_zero_adv=false", f"gradient_checkpointing_mode={mode}")
     b = _trainer(tmp_path / "b", "gradient_checkpointing=false", "shared_prefix=false", "skip_zero_adv=false")
     assert a.shared_prefix and a.learner.packed_prefix  # each prompt once, its responses in masked blocks
     base = a.acc.unwrap_model(a.model)
     assert any(getattr(m, "gradient_checkpointing", False) for m in base.modules())
+    assert any(getattr(m, "_tagrpo_keep", False) for m in base.modules()) is (mode == "selective")
     ma, mb = a.train_step(0), b.train_step(0)
     _assert_same_grads(a, b)
     assert ma["loss/policy"] == pytest.approx(mb["loss/policy"], abs=1e-6)

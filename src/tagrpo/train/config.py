@@ -26,6 +26,7 @@ NEIGHBOR_SOURCES = ("auto", "column", "rules", "generator")
 DEVICES = ("auto", "cpu", "cuda")
 OPTIMIZER_STATES = ("fp32", "bf16")
 BF16_ADAMW_KERNELS = ("auto", "fused", "eager")
+CHECKPOINT_MODES = ("full", "selective")
 
 
 def doc(text: str, default):
@@ -113,6 +114,13 @@ class TrainConfig:
                                        "cannot be checkpointed, so the shared prefix runs as one forward a prompt with its "
                                        "responses in blocks under a block mask (eager/SDPA attention; other kernels: full rows).",
                                        False)
+    gradient_checkpointing_mode: str = doc("What gradient checkpointing recomputes: full (every decoder layer; the least "
+                                           "memory) or selective (the MLPs of lean_layers keep their input, gate and up "
+                                           "for backward, so only attention and norms are recomputed, not the MLP's "
+                                           "three products (3/4 of a SmolLM2 layer's weight FLOPs), for h + 2f more "
+                                           "saved values per token and layer, 7.3 KB in bf16 for SmolLM2-135M; MLPs "
+                                           "that lean_layers does not cover are recomputed in full). "
+                                           "Measured in benchmarks/memory/RESULTS.md (session 20).", "full")
     lean_layers: bool = doc("Llama-family MLP (SwiGLU) and RMSNorm layers whose backward keeps only what it needs and "
                             "recomputes silu(gate)*up and the normalized input (train/lean_layers.py): the same forward "
                             "bit for bit, 1/3 less saved activation memory in the update (SmolLM2-135M: 1.50 -> 1.01 MB "
@@ -140,7 +148,8 @@ class TrainConfig:
 
         for key, choices in (("algorithm", ALGORITHMS), ("augment", AUGMENT), ("schedule", SCHEDULES),
                              ("autocast", AUTOCAST), ("neighbors", NEIGHBOR_SOURCES), ("device", DEVICES),
-                             ("optimizer_state", OPTIMIZER_STATES), ("bf16_adamw_kernel", BF16_ADAMW_KERNELS)):
+                             ("optimizer_state", OPTIMIZER_STATES), ("bf16_adamw_kernel", BF16_ADAMW_KERNELS),
+                             ("gradient_checkpointing_mode", CHECKPOINT_MODES)):
             if getattr(self, key) not in choices:
                 bad(key, f"{getattr(self, key)!r} is not valid; choose one of {', '.join(choices)}")
         from tagrpo.core import AGGREGATIONS, SCALES
@@ -189,6 +198,11 @@ class TrainConfig:
     def warnings(self) -> list[str]:
         """Valid but probably unintended settings, said at the start of a run."""
         out = []
+        if self.gradient_checkpointing_mode == "selective" and not self.gradient_checkpointing:
+            out.append("config: gradient_checkpointing_mode: selective has no effect without gradient_checkpointing: true")
+        elif self.gradient_checkpointing_mode == "selective" and not self.lean_layers:
+            out.append("config: gradient_checkpointing_mode: selective keeps the MLPs of lean_layers, which is off: "
+                       "every layer is recomputed in full")
         if self.algorithm == "ta-grpo" and self.num_neighbors == 0:
             out.append("config: algorithm ta-grpo with num_neighbors: 0 samples q0 only, which is plain GRPO "
                        "(set num_neighbors >= 1 for TA-GRPO, or algorithm: grpo)")

@@ -18,6 +18,15 @@ autocast, 2-D and 3-D inputs). Under autocast the products run in the autocast d
 and in backward (as autocast's own linear backward does), the weight gradients come back in the
 weights' dtype.
 
+Selective activation checkpointing (`gradient_checkpointing_mode: selective`, `patch_model(...,
+keep_mlp=True)`): the MLP keeps x (in the products' dtype), gate and up on its own graph node
+instead of through save_for_backward, which activation checkpointing replaces by a recompute. Its
+backward then needs no recompute, and the layer's recompute stops at the norm before the MLP
+(torch's early stop): the MLP's three products, 3/4 of a SmolLM2 layer's weight FLOPs, run once
+(tests: gradients equal to full checkpointing and to none; the MLP forward counted). torch's own
+selective checkpointing (`create_selective_checkpoint_contexts`, a dispatch mode over every op)
+was measured slower here: benchmarks/memory/RESULTS.md, session 20.
+
 `patch_model(model)` swaps the forward of every covered module instance (Llama, Mistral, Qwen2,
 Qwen3 MLP and RMSNorm classes, plain bias-free linears, SiLU); anything else (LoRA-wrapped
 projections, other norms such as Gemma's 1 + w) keeps transformers' forward.
@@ -42,16 +51,27 @@ class SwiGLUMLP(torch.autograd.Function):
     """down(silu(x @ Wg^T) * (x @ Wu^T)) keeping x, gate and up for backward."""
 
     @staticmethod
-    def forward(ctx, x, w_gate, w_up, w_down):
+    def forward(ctx, x, w_gate, w_up, w_down, keep=False):
         gate = F.linear(x, w_gate)
         up = F.linear(x, w_up)
         out = F.linear(F.silu(gate) * up, w_down)
-        ctx.save_for_backward(x, gate, up, w_gate, w_up, w_down)
+        if keep:  # held by the graph node itself, out of reach of activation checkpointing's hooks
+            ctx.kept = (_mm_dtype(x, gate.dtype), gate, up, w_gate, w_up, w_down)
+            ctx.x_meta = (x.shape, x.dtype)
+        else:
+            ctx.kept = None
+            ctx.save_for_backward(x, gate, up, w_gate, w_up, w_down)
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        x, gate, up, w_gate, w_up, w_down = ctx.saved_tensors
+        if ctx.kept is not None:
+            x, gate, up, w_gate, w_up, w_down = ctx.kept
+            ctx.kept = None  # freed with this backward, not with the graph
+            x_shape, x_dtype = ctx.x_meta
+        else:
+            x, gate, up, w_gate, w_up, w_down = ctx.saved_tensors
+            x_shape, x_dtype = x.shape, x.dtype
         dt = gate.dtype  # the products' dtype in forward (the autocast dtype under autocast)
         g2 = _mm_dtype(grad_out, dt).reshape(-1, grad_out.shape[-1])  # (n, h)
         act = F.silu(gate)
@@ -65,13 +85,13 @@ class SwiGLUMLP(torch.autograd.Function):
         gg, gu = grad_gate.reshape(-1, gate.shape[-1]), grad_up.reshape(-1, up.shape[-1])
         grad_x = grad_wg = grad_wu = None
         if ctx.needs_input_grad[0]:
-            grad_x = (gg.mm(_mm_dtype(w_gate, dt)) + gu.mm(_mm_dtype(w_up, dt))).reshape(x.shape).to(x.dtype)
+            grad_x = (gg.mm(_mm_dtype(w_gate, dt)) + gu.mm(_mm_dtype(w_up, dt))).reshape(x_shape).to(x_dtype)
         x2 = _mm_dtype(x, dt).reshape(-1, x.shape[-1])
         if ctx.needs_input_grad[1]:
             grad_wg = gg.t().mm(x2).to(w_gate.dtype)
         if ctx.needs_input_grad[2]:
             grad_wu = gu.t().mm(x2).to(w_up.dtype)
-        return grad_x, grad_wg, grad_wu, grad_wd
+        return grad_x, grad_wg, grad_wu, grad_wd, None
 
 
 def _norm_dtype(x: torch.Tensor) -> torch.dtype:
@@ -107,7 +127,8 @@ class RMSNormFn(torch.autograd.Function):
 
 
 def _mlp_forward(mlp, x):
-    return SwiGLUMLP.apply(x, mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight)
+    return SwiGLUMLP.apply(x, mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight,
+                           getattr(mlp, "_tagrpo_keep", False))
 
 
 def _norm_forward(norm, x):
@@ -128,15 +149,22 @@ def norm_covered(module) -> bool:
             and hasattr(module, "variance_epsilon"))
 
 
-def patch_model(model) -> dict[str, int]:
+def patch_model(model, keep_mlp: bool = False) -> dict[str, int]:
     """Swap in the lean forwards on every covered module of `model` (idempotent; bound methods, so a
-    deep copy of the model calls its own modules); returns how many MLPs and norms are patched."""
+    deep copy of the model calls its own modules); returns how many MLPs and norms are patched.
+    `keep_mlp` (gradient_checkpointing_mode: selective): each MLP keeps what its backward needs
+    on its graph node rather than through save_for_backward, so activation checkpointing neither
+    frees nor recomputes it: a checkpointed layer's recompute stops after its last norm (torch's
+    early stop), before the MLP."""
     n = {"mlp": 0, "norm": 0}
     for module in model.modules():
         if getattr(module, "_tagrpo_lean", False):
             n["mlp" if mlp_covered(module) else "norm"] += 1
+            if mlp_covered(module):
+                module._tagrpo_keep = keep_mlp
         elif mlp_covered(module):
             module.forward, module._tagrpo_lean = types.MethodType(_mlp_forward, module), True
+            module._tagrpo_keep = keep_mlp
             n["mlp"] += 1
         elif norm_covered(module):
             module.forward, module._tagrpo_lean = types.MethodType(_norm_forward, module), True
@@ -149,6 +177,7 @@ def unpatch_model(model) -> None:
     for module in model.modules():
         if getattr(module, "_tagrpo_lean", False):
             del module.forward, module._tagrpo_lean
+            module.__dict__.pop("_tagrpo_keep", None)
 
 
 def saved_tensor_bytes(fn, exclude=()) -> int:

@@ -38,6 +38,8 @@ from tagrpo.rollout.batching import (
 
 #: float32 elements of one chunk of logits: 4M (16 MB) -> 85 tokens at a 49k vocabulary
 CHUNK_ELEMENTS = 1 << 22
+#: tokens of one block in the backward's (tokens x vocabulary) tiles: W's gradient is added to once a block
+BLOCK_TOKENS = 4096
 
 
 def autocast_ctx(device: torch.device, enabled: bool, cache: bool = True):
@@ -64,8 +66,11 @@ def hidden_states_out(model):
 
 class _LinearLogProbs(torch.autograd.Function):
     """log softmax((h @ W.T + b) / temperature)[target] over chunks of rows of h, and the
-    entropy of the same distribution (no gradient). The backward recomputes each chunk's logits
-    from the saved log-sum-exp: d logp / d logits = (onehot(target) - softmax) / temperature.
+    entropy of the same distribution (no gradient). The backward recomputes the logits from the
+    saved log-sum-exp, d logp / d logits = (onehot(target) - softmax) / temperature, in tiles of
+    (up to BLOCK_TOKENS tokens) x (a slice of the vocabulary), so each tile's weight gradient goes
+    to its own rows of W (no (V, H) temporary; 1.4x faster than token chunks each adding a whole
+    (V, H) product, for SmolLM2 at 1,280 tokens: benchmarks/memory/RESULTS.md, session 20).
     `into_grad`: the weight's gradient is added straight into `weight.grad` when that exists
     (the trainer's flat gradient buffer) and none is returned for it, instead of a (V, H) float32
     sum returned for autograd to add there (SmolLM2: 113 MB less at the backward's peak)."""
@@ -96,37 +101,52 @@ class _LinearLogProbs(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g_logp, _g_ent):
         hidden, weight, bias, target, lse = ctx.saved_tensors
-        cd, t, chunk = ctx.compute_dtype, ctx.temperature, ctx.chunk
-        g_h = torch.zeros_like(hidden) if ctx.needs_input_grad[0] else None  # (N, H)
+        cd, t = ctx.compute_dtype, ctx.temperature
+        n, vocab = hidden.shape[0], weight.shape[0]
         direct = ctx.needs_input_grad[1] and ctx.into_grad and weight.grad is not None and weight.grad.dtype == torch.float32
         g_w = None  # (V, H) float32: weight.grad itself when `direct`
         if ctx.needs_input_grad[1]:
             g_w = weight.grad if direct else torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
         g_b = torch.zeros(bias.shape, dtype=torch.float32, device=bias.device) if bias is not None and ctx.needs_input_grad[2] else None
+        g_h = torch.zeros(hidden.shape, dtype=torch.float32, device=hidden.device) if ctx.needs_input_grad[0] else None  # (N, H)
+        # d logp / d logits = (onehot(target) - softmax) / t. The one-hot part is sparse: a row of
+        # W per token for the hidden gradient, a row of h per token added into W's gradient.
+        g = g_logp.float() / t  # (N,)
         with torch.autocast(hidden.device.type, enabled=False):
-            w = weight.to(cd)  # (V, H)
-            b = bias.to(cd) if bias is not None else None
-            rows = torch.arange(min(chunk, hidden.shape[0]), device=hidden.device)
-            # bf16: each chunk's (V, H) product lands in one reused buffer, added to the float32
-            # sum in place (the same numbers as `+= (gz.t() @ h).float()`, without a bf16 and a
-            # float32 (V, H) temporary a chunk: 160 MB each for SmolLM2, and heap fragmentation)
-            g_w_chunk = torch.empty(weight.shape, dtype=cd, device=weight.device) if g_w is not None and cd != torch.float32 else None
-            for s in range(0, hidden.shape[0], chunk):
-                h = hidden[s : s + chunk].to(cd)  # (n, H)
-                z = _logits(h, w, b, cd, t)  # (n, V)
-                g = g_logp[s : s + chunk].float()  # (n,)
-                gz = torch.exp(z - lse[s : s + chunk, None]).mul_(-g[:, None])  # (n, V) = -g * softmax
-                gz[rows[: h.shape[0]], target[s : s + chunk]] += g
-                gz = gz.div_(t).to(cd)  # d/d(h W^T + b)
-                if g_h is not None:
-                    g_h[s : s + chunk] = (gz @ w).to(hidden.dtype)
-                if g_w is not None and cd == torch.float32:
-                    g_w.addmm_(gz.t(), h)  # accumulated in place: no (V, H) temporary a chunk
-                elif g_w is not None:
-                    g_w.add_(torch.mm(gz.t(), h, out=g_w_chunk))
-                if g_b is not None:
-                    g_b += gz.float().sum(0)
-        return (g_h, g_w.to(weight.dtype) if g_w is not None and not direct else None,
+            if g_h is not None:
+                g_h += g[:, None] * weight[target].float()
+            if g_w is not None:
+                g_w.index_add_(0, target, g[:, None] * hidden.float())
+            if g_b is not None:
+                g_b.index_add_(0, target, g)
+            # The softmax part, -g * p, over tiles of (tokens x vocabulary): every tile's logits
+            # recomputed from the saved log-sum-exp, then its share of the hidden gradient (summed
+            # over vocabulary tiles) and of W's gradient (the tile's own rows of W: written once a
+            # token block, no (V, H) temporary). Tiles hold about as many logits as a forward chunk.
+            budget = ctx.chunk * vocab  # elements of one tile
+            m = 16 if cd != torch.float32 else 1  # bf16 CPU matmuls: widths a multiple of 16
+            nb = min(n, max(ctx.chunk, BLOCK_TOKENS))  # tokens a block
+            vc = max(1, budget // nb)
+            vc = vc // m * m if vc >= m else vc  # vocabulary columns a tile
+            for s in range(0, n, nb):
+                h = hidden[s : s + nb].to(cd)  # (nb, H)
+                gs = g[s : s + nb, None]  # (nb, 1)
+                ls = lse[s : s + nb, None]  # (nb, 1)
+                gh = g_h[s : s + nb] if g_h is not None else None
+                for v in range(0, vocab, vc):
+                    w = weight[v : v + vc].to(cd)  # (vc, H)
+                    b = bias[v : v + vc].to(cd) if bias is not None else None
+                    gz = torch.exp(_logits(h, w, b, cd, t).sub_(ls)).mul_(-gs).to(cd)  # (nb, vc) = -g * softmax
+                    if gh is not None:
+                        gh += gz @ w
+                    if g_w is not None and cd == torch.float32:
+                        g_w[v : v + vc].addmm_(gz.t(), h)  # in place
+                    elif g_w is not None:
+                        g_w[v : v + vc] += gz.t() @ h  # (vc, H): one tile's rows
+                    if g_b is not None:
+                        g_b[v : v + vc] += gz.float().sum(0)
+        return (g_h.to(hidden.dtype) if g_h is not None else None,
+                g_w.to(weight.dtype) if g_w is not None and not direct else None,
                 g_b.to(bias.dtype) if g_b is not None else None, None, None, None, None, None, None)
 
 

@@ -120,7 +120,7 @@ def load_models(cfg: TrainConfig, device: torch.device, ckpt: Path | None = None
     if cfg.lean_layers:
         from tagrpo.train.lean_layers import patch_model
 
-        patch_model(model)
+        patch_model(model, keep_mlp=cfg.gradient_checkpointing and cfg.gradient_checkpointing_mode == "selective")
     return model.to(device), tok, ref, attn
 
 
