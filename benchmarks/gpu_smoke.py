@@ -4,11 +4,11 @@ NOT YET RUN ON A GPU: written and checked on a CPU-only machine (with --allow-cp
 run on a CUDA machine is the real test, and its numbers belong in benchmarks/RESULTS.md.
 
 What it does, on one CUDA device:
-1. Trains `model: tiny` (a random 2-layer Llama, no download) with TA-GRPO for 3 steps in five
+1. Trains `model: tiny` (a random 2-layer Llama, no download) with TA-GRPO for 3 steps in six
    configurations, shared_prefix on/off x LoRA on/off and shared prefix with gradient
    checkpointing (the block-masked one-forward prefix, SDPA with a custom mask on CUDA) and
    bf16 AdamW moments (the fused torch.compile kernel: Triton on CUDA; which path ran is
-   recorded as "bf16_adamw"), all with beta = 0.01 (a frozen reference
+   recorded as "bf16_adamw"), and with selective checkpointing, all with beta = 0.01 (a frozen reference
    model, or the LoRA base with the adapter disabled) and `device: cuda`, bf16 autocast, a toy
    parity reward (so advantages are non-zero) and rule neighbors on built-in arithmetic problems.
    Each configuration runs `Trainer.setup()` then `Trainer.train()` (checkpoint and `final/`
@@ -58,6 +58,8 @@ CONFIGS = [
     ("shared_prefix=off lora=off", False, False, []),
     ("shared_prefix=on gradient_checkpointing=on optimizer_state=bf16 (the demo's memory settings)", True, False,
      ["gradient_checkpointing=true", "optimizer_state=bf16", "bf16_adamw_kernel=fused"]),
+    ("shared_prefix=on gradient_checkpointing=on gradient_checkpointing_mode=selective", True, False,
+     ["gradient_checkpointing=true", "gradient_checkpointing_mode=selective"]),
     ("shared_prefix=on lora=on", True, True, []),
     ("shared_prefix=off lora=on", False, True, []),
 ]
