@@ -61,6 +61,29 @@ def test_chunked_logprobs_equal_full_logits_in_value_entropy_and_gradient(kind, 
 
 
 @pytest.mark.parametrize("autocast", [False, True])
+def test_backward_tiles_over_several_token_blocks_give_the_same_gradients(autocast, monkeypatch):
+    """The backward's (tokens x vocabulary) tiles: with token blocks of 4 rows and vocabulary
+    slices of a few words (every tile boundary crossed, targets in every slice), the same
+    gradients as one block (and as the full-logits reference, tested above)."""
+    torch.manual_seed(2)
+    head = nn.Linear(8, 37, bias=True)
+    hidden = torch.randn(3, 5, 8, requires_grad=True)
+    target = torch.randint(0, 37, (3, 5))
+    g = torch.randn(3, 5)
+    out = []
+    for block in (4096, 4):
+        monkeypatch.setattr(L, "BLOCK_TOKENS", block)
+        head.zero_grad()
+        hidden.grad = None
+        logp, _ = L.chunked_logprobs(head, hidden, target, temperature=0.7, autocast=autocast, chunk=3)
+        (logp * g).sum().backward()
+        out.append((hidden.grad.clone(), head.weight.grad.clone(), head.bias.grad.clone()))
+    tol = dict(atol=1e-2, rtol=1e-2) if autocast else dict(atol=1e-6, rtol=1e-5)
+    for a, b in zip(*out):
+        torch.testing.assert_close(b, a, **tol)
+
+
+@pytest.mark.parametrize("autocast", [False, True])
 def test_chunked_logprobs_into_grad_adds_the_weight_gradient_to_an_existing_grad(autocast):
     """into_grad=True (the trainer's flat gradient buffer): the weight's gradient is added into
     the .grad that is already there, in place, without a (V, H) gradient passed to autograd (so

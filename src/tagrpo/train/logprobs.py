@@ -125,7 +125,7 @@ class _LinearLogProbs(torch.autograd.Function):
             # over vocabulary tiles) and of W's gradient (the tile's own rows of W: written once a
             # token block, no (V, H) temporary). Tiles hold about as many logits as a forward chunk.
             budget = ctx.chunk * vocab  # elements of one tile
-            m = 16 if cd != torch.float32 else 1  # bf16 CPU matmuls: widths a multiple of 16
+            m = width_multiple(hidden.device, cd != torch.float32)
             nb = min(n, max(ctx.chunk, BLOCK_TOKENS))  # tokens a block
             vc = max(1, budget // nb)
             vc = vc // m * m if vc >= m else vc  # vocabulary columns a tile
