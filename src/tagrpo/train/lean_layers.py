@@ -57,7 +57,7 @@ class SwiGLUMLP(torch.autograd.Function):
         out = F.linear(F.silu(gate) * up, w_down)
         if keep:  # held by the graph node itself, out of reach of activation checkpointing's hooks
             ctx.kept = (_mm_dtype(x, gate.dtype), gate, up, w_gate, w_up, w_down)
-            ctx.x_meta = (x.shape, x.dtype)
+            ctx.x_dtype = x.dtype  # the gradient goes back in the input's dtype
         else:
             ctx.kept = None
             ctx.save_for_backward(x, gate, up, w_gate, w_up, w_down)
@@ -68,10 +68,10 @@ class SwiGLUMLP(torch.autograd.Function):
         if ctx.kept is not None:
             x, gate, up, w_gate, w_up, w_down = ctx.kept
             ctx.kept = None  # freed with this backward, not with the graph
-            x_shape, x_dtype = ctx.x_meta
+            x_dtype = ctx.x_dtype
         else:
             x, gate, up, w_gate, w_up, w_down = ctx.saved_tensors
-            x_shape, x_dtype = x.shape, x.dtype
+            x_dtype = x.dtype
         dt = gate.dtype  # the products' dtype in forward (the autocast dtype under autocast)
         g2 = _mm_dtype(grad_out, dt).reshape(-1, grad_out.shape[-1])  # (n, h)
         act = F.silu(gate)
@@ -85,7 +85,7 @@ class SwiGLUMLP(torch.autograd.Function):
         gg, gu = grad_gate.reshape(-1, gate.shape[-1]), grad_up.reshape(-1, up.shape[-1])
         grad_x = grad_wg = grad_wu = None
         if ctx.needs_input_grad[0]:
-            grad_x = (gg.mm(_mm_dtype(w_gate, dt)) + gu.mm(_mm_dtype(w_up, dt))).reshape(x_shape).to(x_dtype)
+            grad_x = (gg.mm(_mm_dtype(w_gate, dt)) + gu.mm(_mm_dtype(w_up, dt))).reshape(x.shape).to(x_dtype)
         x2 = _mm_dtype(x, dt).reshape(-1, x.shape[-1])
         if ctx.needs_input_grad[1]:
             grad_wg = gg.t().mm(x2).to(w_gate.dtype)
