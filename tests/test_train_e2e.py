@@ -139,6 +139,7 @@ DDP_SCRIPT = textwrap.dedent("""
     if acc.is_main_process:
         sd = {k: v.detach().double().sum().item() for k, v in acc.unwrap_model(t.model).state_dict().items()}
         json.dump(sd, open(sys.argv[2], "w"))
+    acc.end_training()  # destroys the process group, as `tagrpo train` does
 """)
 
 
@@ -185,6 +186,35 @@ def test_two_process_data_parallel_matches_one_process(tmp_path, shared_prefix):
         assert a["loss/policy"] == pytest.approx(b["loss/policy"], abs=1e-5)
     for k in sd1:
         assert sd2[k] == pytest.approx(sd1[k], rel=1e-4, abs=1e-4), k
+
+
+CLI_UNDER_TORCHRUN = textwrap.dedent("""
+    import json, os, sys, torch.distributed as dist
+    from tagrpo.cli import app
+    try:
+        app(sys.argv[2:])
+    except SystemExit as e:
+        assert not e.code, e.code
+    json.dump({"initialized": dist.is_initialized()}, open(f"{sys.argv[1]}.{os.environ['RANK']}.json", "w"))
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("torchrun", path=str(BIN)) is None, reason="torchrun not installed")
+def test_train_command_under_torchrun_destroys_its_process_group(tmp_path):
+    # left alive into interpreter teardown, gloo's threads can abort a finished run (SIGABRT):
+    # `tagrpo train` destroys the process group before it returns, on every rank
+    rows = _rows_file(tmp_path)
+    script = tmp_path / "cli.py"
+    script.write_text(CLI_UNDER_TORCHRUN)
+    r = _run([str(BIN / "torchrun"), "--nproc_per_node", "2", "--master_port", str(_free_port()), str(script),
+              str(tmp_path / "after"), "train", "--config", "configs/tiny.yaml", "--set", f"output_dir={tmp_path / 'run'}",
+              "--set", "steps=1", "--set", "questions_per_step=4", "--set", f"train_data={rows}", "--set", "save_final=false",
+              "--set", "tensorboard=false", *COMMON])
+    assert r.returncode == 0, r.stderr[-4000:]
+    after = {p.name: json.loads(p.read_text()) for p in tmp_path.glob("after.*.json")}
+    assert after == {"after.0.json": {"initialized": False}, "after.1.json": {"initialized": False}}
+    assert len(_metrics(tmp_path / "run")) == 1
 
 
 @pytest.mark.slow

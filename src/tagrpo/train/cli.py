@@ -54,6 +54,10 @@ def train_command(
         console.print(f"run directory: {cfg.output_dir}")
     else:
         trainer.train()
+    # destroy the process group while the interpreter is whole: left to interpreter teardown,
+    # gloo's worker threads can abort the process (SIGABRT, "terminate called without an active
+    # exception") after a run that finished (pytorch/pytorch#179291)
+    acc.end_training()
 
 
 @user_errors
