@@ -207,7 +207,7 @@ def test_shared_prefix_with_several_prompts_matches_full_sequences(tmp_path, att
                                       lambda: _logprobs(t, per_row, responses, False))
 
 
-@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize("attn", ["eager", "sdpa", "tagrpo_eager"])
 @pytest.mark.parametrize("checkpointing", [False, True])
 def test_packed_shared_prefix_matches_full_sequences(tmp_path, attn, checkpointing, monkeypatch):
     # the shared prefix as one forward with a block mask (what gradient checkpointing uses):
@@ -254,6 +254,8 @@ def test_packed_rows_split_a_prompts_responses_where_the_cost_model_says_so(tmp_
     assert blocks_per_row([16], 80, 64, lin, att, 9) == 8  # short answers: a prompt for every 8
     assert blocks_per_row([16], 80, 512, lin, att, 9) == 1  # long ones: the L^2 term makes full rows cheaper
     assert blocks_per_row([16], 80, 64, lin, att, 9, max_scores=4 * 9 * 336**2) == 4  # scores capped: 4 rows of 4
+    assert blocks_per_row([16], 80, 512, lin, att, 9, blocks=True) == 16  # block by block: no L^2 term, one row
+    assert blocks_per_row([16, 1], 80, 64, lin, att, 9, blocks=True) == 4  # rows share a width: not 15 empty blocks
     x = packed_inputs([[7, 8], [4]], [[1], [2], [3], [5]], [0, 0, 0, 1], pad_id=0, device="cpu", per_row=2)
     assert x["ids"].tolist() == [[7, 8, 1, 2], [7, 8, 3, 0], [0, 4, 5, 0]]  # 3 responses of prompt 0: two rows
     assert x["rows"][:, 0].tolist() == [0, 0, 1, 2]
@@ -267,6 +269,47 @@ def test_packed_rows_split_a_prompts_responses_where_the_cost_model_says_so(tmp_
         model, lambda: L.response_logprobs(model, [prompt] * 5, responses, pad_id=t.tokenizer.pad_token_id,
                                            device=t.device, temperature=t.cfg.temperature, shared_prefix=True, packed=True),
         lambda: _logprobs(t, [prompt] * 5, responses, False))
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_blocks_attention_equals_eager_under_the_dense_block_mask(autocast):
+    # tagrpo_eager's packed branch against transformers' eager attention with block_mask: left
+    # padded prompts, right padded responses, grouped-query heads; values and gradients of q, k, v
+    from transformers.models.llama.modeling_llama import eager_attention_forward
+
+    from tagrpo.train.packed_prefix import LAYOUT_KWARG, additive, blocks_attention, packed_inputs
+
+    class Attn(torch.nn.Module):
+        num_key_value_groups = 2
+
+    module = Attn()
+    prompts = [[7, 8, 9, 10, 11], [4, 5]]
+    responses = [[1, 2, 3], [3], [5, 6], [6, 6, 6], [2]]
+    x = packed_inputs(prompts, responses, [0, 0, 0, 1, 1], pad_id=0, device="cpu")
+    blocks = packed_inputs(prompts, responses, [0, 0, 0, 1, 1], pad_id=0, device="cpu", dense=False)
+    assert blocks["mask"].shape == (2, 1, 1, 5) and blocks["mask"][1, 0, 0].tolist() == [False] * 3 + [True] * 2
+    g = torch.Generator().manual_seed(0)
+    n = x["ids"].shape[1]  # 5 + 3 blocks x 3
+    q, k, v = (torch.randn(2, h, n, 8, generator=g, requires_grad=True) for h in (4, 2, 2))
+    keep = torch.zeros(2, n, dtype=torch.bool)  # real tokens: only their outputs are used
+    keep[:, :5] = x["ids"][:, :5] != 0
+    keep[:, 5:] = x["ids"][:, 5:] != 0
+    out = {}
+    for name in ("blocks", "dense"):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            if name == "blocks":
+                o, _ = blocks_attention(module, q, k, v, blocks["mask"], scaling=0.3, **{LAYOUT_KWARG: blocks["layout"]})
+            else:
+                o, _ = eager_attention_forward(module, q, k, v, additive(x["mask"]), scaling=0.3)
+        o = o.float()[keep]  # (real tokens, heads, d)
+        grads = torch.autograd.grad((o * torch.linspace(-1, 1, o.numel()).view_as(o)).sum(), (q, k, v))
+        out[name] = (o, grads)
+    tol = dict(rtol=2e-2, atol=2e-2) if autocast else dict(rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(out["blocks"][0], out["dense"][0], **tol)
+    for a, b in zip(out["blocks"][1], out["dense"][1]):
+        torch.testing.assert_close(a, b, **tol)
+    with pytest.raises(ValueError, match="sliding windows"):
+        blocks_attention(module, q, k, v, blocks["mask"], scaling=0.3, sliding_window=4, **{LAYOUT_KWARG: blocks["layout"]})
 
 
 def test_shared_prefix_packing_puts_several_prompts_in_one_micro_batch(tmp_path):
@@ -342,6 +385,31 @@ def test_update_uses_the_training_attention_and_rollouts_keep_the_models_own(tmp
     t.train_step(0)
     assert seen == {"update": "eager", "generate": own}
     assert model.config._attn_implementation == own  # restored after the update
+
+
+def test_auto_attention_on_cpu_runs_the_checkpointed_shared_prefix_block_by_block(tmp_path):
+    # attn_implementation: auto on CPU trains with tagrpo_eager; under gradient checkpointing
+    # the shared prefix is the packed forward, computed block by block (no dense L x L mask)
+    from transformers import AttentionInterface
+
+    from tagrpo.train import packed_prefix as PP
+
+    t = _trainer(tmp_path, "gradient_checkpointing=true", "skip_zero_adv=false")
+    assert t.train_attn == PP.BLOCKS_KERNEL
+    seen = []
+
+    def spy(module, query, key, value, attention_mask, *a, **kw):
+        seen.append((PP.LAYOUT_KWARG in kw, tuple(attention_mask.shape) if attention_mask is not None else None))
+        return PP.blocks_attention(module, query, key, value, attention_mask, *a, **kw)
+
+    AttentionInterface.register(PP.BLOCKS_KERNEL, spy)
+    try:
+        m = t.train_step(0)
+    finally:
+        PP.register_kernel()
+    packed = [shape for blocks, shape in seen if blocks]
+    assert packed and all(len(shape) == 4 and shape[2] == 1 for shape in packed), seen[:4]  # (k, 1, 1, Pm): no L x L mask
+    assert m["train/computed_tokens_fwd_bwd"] < m["train/tokens"]  # each prompt computed once a row
 
 
 def test_unknown_attention_implementation_is_a_clear_config_error(tmp_path):

@@ -53,9 +53,10 @@ class TrainConfig:
     device: str = doc("Device of the policy, the reference, rollouts and every tensor of the step: 'auto' (CUDA when "
                       "present, else CPU), 'cpu' or 'cuda' (under `accelerate launch`, each process's own GPU).", "auto")
     threads: int = doc("torch.set_num_threads (0 = leave torch's default).", 0)
-    attn_implementation: str = doc("Attention kernel of the policy: 'auto' (eager on CPU, where it trains ~1.3x faster than "
-                                   "SDPA's flash backward at these lengths; the model's default on GPU), 'eager', 'sdpa', "
-                                   "or any name transformers accepts.", "auto")
+    attn_implementation: str = doc("Attention kernel of the policy's update: 'auto' (on CPU 'tagrpo_eager': eager, which "
+                                   "trains ~1.3x faster than SDPA's flash backward at these lengths, with the packed shared "
+                                   "prefix computed block by block; the model's default on GPU), 'eager', 'sdpa', "
+                                   "'tagrpo_eager', or any name transformers accepts.", "auto")
     keep_freed_memory: bool = doc("Linux/glibc: keep freed memory in the process (no mmap per large tensor, no trimming) so "
                                   "each step reuses its pages instead of page-faulting them again (~1.5x faster updates "
                                   "on CPU; the resident size stays at its peak).", True)

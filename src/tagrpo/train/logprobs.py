@@ -251,10 +251,12 @@ def packed_prefix_hidden(model, prompts, responses, groups, pad_id: int, device,
     its responses in masked blocks after it), so that decoder layers can be checkpointed."""
     m = width_multiple(device, autocast)
     per_row = packed_prefix.choose_per_row(model, [prompts[g] for g in groups], responses, m)
-    x = packed_prefix.packed_inputs(prompts, responses, groups, pad_id, device, m, per_row)
+    blocks = packed_prefix.blocked(model)  # block by block (tagrpo_eager), else one dense mask
+    x = packed_prefix.packed_inputs(prompts, responses, groups, pad_id, device, m, per_row, dense=not blocks)
     mask = packed_prefix.additive(x["mask"]) if packed_prefix.kernel(model) == "eager" else x["mask"]
+    kw = {packed_prefix.LAYOUT_KWARG: x["layout"]} if blocks else {}
     with autocast_ctx(device, autocast, cache=False):
-        out = model(input_ids=x["ids"], attention_mask=mask, position_ids=x["pos"], logits_to_keep=x["keep"], use_cache=False)
+        out = model(input_ids=x["ids"], attention_mask=mask, position_ids=x["pos"], logits_to_keep=x["keep"], use_cache=False, **kw)
     resp, rmask = right_pad(responses, pad_id, device, x["cols"].shape[1])  # (b, T) each
     return out.logits[x["rows"], x["cols"]], resp, rmask  # (b, T, H)
 

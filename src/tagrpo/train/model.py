@@ -72,9 +72,11 @@ def use_bf16(cfg: TrainConfig, device: torch.device) -> bool:
 
 def training_attention(cfg: TrainConfig, device: torch.device) -> str | None:
     """The attention kernel of the training forward (None: the model's own)."""
-    if cfg.attn_implementation == "auto":
-        return "eager" if device.type == "cpu" else None
-    return cfg.attn_implementation
+    from tagrpo.train.packed_prefix import BLOCKS_KERNEL, register_kernel
+
+    if cfg.attn_implementation == "auto":  # on CPU: eager, with the packed shared prefix block by block
+        return register_kernel() if device.type == "cpu" else None
+    return register_kernel() if cfg.attn_implementation == BLOCKS_KERNEL else cfg.attn_implementation
 
 
 def load_models(cfg: TrainConfig, device: torch.device, ckpt: Path | None = None):
