@@ -122,11 +122,10 @@ def packed_inputs(prompts, responses, groups, pad_id: int, device, multiple: int
                   dense: bool = True) -> dict:
     """The one forward's inputs, `groups[i]` = index into `prompts` of response i, at most
     `per_row` responses a row (default: all of a prompt's): ids (k, L), attention mask (k, 1, L, L)
-    boolean (`dense=False`: the prompt's real tokens, (k, 1, 1, Pm), for `blocks_attention`),
-    positions (k, L), `keep` (the last L - Pm + 1 positions, from the prompt's last token on, are
-    the ones that predict response tokens), `rows`, `cols` (b, T) such that
-    `hidden[:, -keep:][rows, cols]` predicts each response token (k: rows, b: responses), and
-    `layout` (Pm, T')."""
+    boolean (`dense=False`: the prompt's real tokens, (k, 1, 1, Pm), and `layout`, the keyword of
+    `blocks_attention`), positions (k, L), `keep` (the last L - Pm + 1 positions, from the prompt's
+    last token on, are the ones that predict response tokens), and `rows`, `cols` (b, T) such that
+    `hidden[:, -keep:][rows, cols]` predicts each response token (k: rows, b: responses)."""
     b = len(responses)
     of_prompt: list[list[int]] = [[] for _ in prompts]
     for i, g in enumerate(groups):
@@ -156,8 +155,8 @@ def packed_inputs(prompts, responses, groups, pad_id: int, device, multiple: int
     steps = torch.arange(t, device=device)  # (T,)
     cols = torch.where(steps == 0, 0, base.unsqueeze(1) + steps.unsqueeze(0))  # (b, T)
     mask = block_mask(valid, pm, tw) if dense else valid[:, None, None, :pm]
-    return {"ids": ids, "mask": mask, "pos": pos, "keep": n - pm + 1,
-            "rows": rows.unsqueeze(1).expand(b, t), "cols": cols, "layout": (pm, tw)}
+    return {"ids": ids, "mask": mask, "pos": pos, "keep": n - pm + 1, "rows": rows.unsqueeze(1).expand(b, t),
+            "cols": cols, "layout": None if dense else blocks_layout(valid[:, :pm], pm, tw)}
 
 
 def additive(mask: torch.Tensor) -> torch.Tensor:
@@ -170,17 +169,31 @@ def kernel(model) -> str | None:
     return getattr(unwrap_model(model).config, "_attn_implementation", None)
 
 
+def blocks_layout(valid: torch.Tensor, pm: int, tw: int) -> tuple:
+    """`blocks_attention`'s layout keyword for rows whose prompts' real tokens are `valid` (k, Pm):
+    (Pm, T', what prompt queries may not read (k, 1, 1, Pm, Pm), what a block's queries may not
+    read (k, 1, 1, 1, T', Pm + T')), built once a forward for every layer. `block_mask`'s rules:
+    prompt position q reads the real prompt tokens <= q (a left-padding query with none: itself),
+    a block's position j the real prompt tokens and its block's positions <= j."""
+    k, dev = valid.shape[0], valid.device
+    ar_p, ar_t = torch.arange(pm, device=dev), torch.arange(tw, device=dev)
+    ok_p = (ar_p.unsqueeze(0) <= ar_p.unsqueeze(1)) & valid[:, None, :]  # (k, Pm, Pm) [q, v]
+    ok_p |= torch.eye(pm, dtype=torch.bool, device=dev)
+    ok_b = torch.cat([valid[:, None, :].expand(k, tw, pm),
+                      (ar_t.unsqueeze(0) <= ar_t.unsqueeze(1)).unsqueeze(0).expand(k, tw, tw)], dim=2)  # (k, T', Pm + T')
+    return pm, tw, ~ok_p[:, None, None], ~ok_b[:, None, None, None]
+
+
 def blocks_attention(module, query, key, value, attention_mask, scaling=None, dropout: float = 0.0, **kwargs):
     """Transformers' attention-function interface (registered as BLOCKS_KERNEL). Without the
-    LAYOUT_KWARG keyword: eager attention. With it, (Pm, T'): the packed layout of
-    `packed_inputs(..., dense=False)`, `attention_mask` the prompt's real tokens (k, 1, 1, Pm).
-    Query, key and value (k, heads, L, d) and (k, kv heads, L, d); returns (k, L, heads, d), None.
+    LAYOUT_KWARG keyword: the model's eager attention. With it (`blocks_layout`): the packed
+    layout of `packed_inputs(..., dense=False)`. Query, key and value (k, heads, L, d) and
+    (k, kv heads, L, d); returns (k, L, heads, d), None.
 
-    What a query reads is `block_mask`'s: prompt position q the real prompt tokens <= q (and
-    itself), a response block's position j the real prompt tokens and its block's positions <= j.
     The products run in the autocast dtype when autocast is on (as eager's), the softmax in
     float32; each kv head's query heads share one product (grouped-query attention without
-    repeating keys)."""
+    repeating keys); the prompt's keys and values are copied next to each block's (a (Pm + T')
+    key row per block)."""
     layout = kwargs.pop(LAYOUT_KWARG, None)
     if layout is None:  # the model's own eager attention (its module's, as transformers' default)
         import sys
@@ -189,7 +202,7 @@ def blocks_attention(module, query, key, value, attention_mask, scaling=None, dr
 
         eager = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", modeling_llama.eager_attention_forward)
         return eager(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
-    pm, tw = layout
+    pm, tw, not_p, not_b = layout
     k, heads, n, d = query.shape
     kvh = key.shape[1]
     rep, s = heads // kvh, (n - pm) // tw
@@ -201,37 +214,29 @@ def blocks_attention(module, query, key, value, attention_mask, scaling=None, dr
     dev = query.device.type
     dt = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else value.dtype
     query, key, value = query.to(dt), key.to(dt), value.to(dt)
-    valid = attention_mask.reshape(k, pm).bool()  # (k, Pm) real prompt tokens
-    ar_p, ar_t = torch.arange(pm, device=query.device), torch.arange(tw, device=query.device)
 
-    def attend(q, kk, vv, allowed):  # q (B, kvh, rep*Q, d), kk/vv (B, kvh, K, d), allowed broadcast to (B, 1, 1, Q, K)
-        b, _, rq, _ = q.shape
-        w = torch.matmul(q, kk.transpose(2, 3)).view(b, kvh, rep, rq // rep, kk.shape[2]) * scaling
-        w = w.masked_fill(~allowed, float("-inf"))
+    def attend(q, kk, vv, blocked, shape):  # q (B, kvh, rep Q, d), kk / vv (B, kvh, K, d); scores viewed as `shape`
+        w = torch.matmul(q, kk.transpose(2, 3)).view(shape)
+        w.mul_(scaling).masked_fill_(blocked, float("-inf"))
         p = torch.softmax(w, dim=-1, dtype=torch.float32).to(dt)
         if dropout:
             p = torch.nn.functional.dropout(p, p=dropout, training=module.training)
-        return torch.matmul(p.view(b, kvh, rq, kk.shape[2]), vv)  # (B, kvh, rep*Q, d)
+        return torch.matmul(p.view(q.shape[0], kvh, q.shape[2], kk.shape[2]), vv)  # (B, kvh, rep Q, d)
 
-    # the prompt: causal over its real tokens; a (left padding) query with none reads itself
+    # the prompt over itself
     kp, vp = key[:, :, :pm], value[:, :, :pm]  # (k, kvh, Pm, d)
-    allowed_p = (ar_p.unsqueeze(0) <= ar_p.unsqueeze(1)) & valid[:, None, :]  # (k, Pm, Pm) [q, v]
-    allowed_p |= torch.eye(pm, dtype=torch.bool, device=query.device)
-    out_p = attend(query[:, :, :pm].reshape(k, kvh, rep * pm, d), kp, vp, allowed_p[:, None, None])
-    out_p = out_p.view(k, kvh, rep, pm, d).reshape(k, heads, pm, d)
-    # each block: [the prompt's real tokens; its own positions <= j]
+    out_p = attend(query[:, :, :pm].reshape(k, kvh, rep * pm, d), kp, vp, not_p, (k, kvh, rep, pm, pm))
+    # each block over [prompt; itself]: rows (k S)
     qb = query[:, :, pm:].reshape(k, kvh, rep, s, tw, d).permute(0, 3, 1, 2, 4, 5).reshape(k * s, kvh, rep * tw, d)
 
-    def with_prompt(x, xp):  # (k, kvh, S T', d) -> (k S, kvh, Pm + T', d)
-        xb = x[:, :, pm:].reshape(k, kvh, s, tw, d).transpose(1, 2)
-        return torch.cat([xp.unsqueeze(1).expand(k, s, kvh, pm, d), xb], dim=3).reshape(k * s, kvh, pm + tw, d)
+    def with_prompt(x, xp):  # (k, kvh, L, d) -> (k S, kvh, Pm + T', d)
+        xb = x[:, :, pm:].view(k, kvh, s, tw, d).transpose(1, 2)
+        return torch.cat([xp.unsqueeze(1).expand(k, s, kvh, pm, d), xb], dim=3).view(k * s, kvh, pm + tw, d)
 
-    allowed_b = torch.cat([valid[:, None, :].expand(k, tw, pm),
-                           (ar_t.unsqueeze(0) <= ar_t.unsqueeze(1)).unsqueeze(0).expand(k, tw, tw)], dim=2)  # (k, T', Pm + T')
-    allowed_b = allowed_b.repeat_interleave(s, dim=0)[:, None, None]  # (k S, 1, 1, T', Pm + T')
-    out_b = attend(qb, with_prompt(key, kp), with_prompt(value, vp), allowed_b)  # (k S, kvh, rep T', d)
-    out_b = out_b.view(k, s, kvh, rep, tw, d).permute(0, 2, 3, 1, 4, 5).reshape(k, heads, s * tw, d)
-    return torch.cat([out_p, out_b], dim=2).transpose(1, 2).contiguous(), None
+    out_b = attend(qb, with_prompt(key, kp), with_prompt(value, vp), not_b, (k, s, kvh, rep, tw, pm + tw))
+    out_b = out_b.view(k, s, kvh, rep, tw, d).permute(0, 1, 4, 2, 3, 5).reshape(k, s * tw, kvh, rep, d)
+    out = torch.cat([out_p.view(k, kvh, rep, pm, d).permute(0, 3, 1, 2, 4), out_b], dim=1)  # (k, L, kvh, rep, d)
+    return out.view(k, n, heads, d), None
 
 
 def register_kernel() -> str:
