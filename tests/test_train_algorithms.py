@@ -387,15 +387,17 @@ def test_update_uses_the_training_attention_and_rollouts_keep_the_models_own(tmp
     assert model.config._attn_implementation == own  # restored after the update
 
 
-def test_auto_attention_on_cpu_runs_the_checkpointed_shared_prefix_block_by_block(tmp_path):
-    # attn_implementation: auto on CPU trains with tagrpo_eager; under gradient checkpointing
-    # the shared prefix is the packed forward, computed block by block (no dense L x L mask)
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_auto_attention_on_cpu_runs_the_shared_prefix_block_by_block(tmp_path, checkpointing):
+    # attn_implementation: auto on CPU trains with tagrpo_eager, and the shared prefix is then
+    # the packed forward (with or without gradient checkpointing) computed block by block: no
+    # KV cache, no dense L x L mask
     from transformers import AttentionInterface
 
     from tagrpo.train import packed_prefix as PP
 
-    t = _trainer(tmp_path, "gradient_checkpointing=true", "skip_zero_adv=false")
-    assert t.train_attn == PP.BLOCKS_KERNEL
+    t = _trainer(tmp_path, f"gradient_checkpointing={str(checkpointing).lower()}", "skip_zero_adv=false")
+    assert t.train_attn == PP.BLOCKS_KERNEL and t.learner.packed_prefix
     seen = []
 
     def spy(module, query, key, value, attention_mask, *a, **kw):

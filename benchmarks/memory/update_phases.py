@@ -11,7 +11,12 @@ forward 1.2 -> 0.7 s, the peaks by phase, the lean-memory toggles) come from thi
 
 EXP turns lean-memory behaviours off by monkeypatching (for measurement only): notrim (no heap
 trims), nocopyrel (the bf16 rollout copy kept), keepgrads (gradients kept across the rollout),
-noleaneng (the engine keeps its packed projections after prefill).
+noleaneng (the engine keeps its packed projections after prefill); and one turns something on:
+packed (the shared prefix as the packed forward also without gradient checkpointing).
+CONFIG=configs/demo.yaml runs that config's job (5 steps) instead of the speed benchmark's. The attention function's
+forward calls (forwards and checkpointing's recomputes; not its backward) are timed too, as
+`attn` (session 21: the packed prefix under a dense mask, `attn_implementation=eager`, against
+block by block, the default `tagrpo_eager`).
 """
 import os
 import sys
@@ -24,6 +29,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "speed_vs_trl"))
 os.environ.setdefault("TAGRPO_BENCH_DTYPE", "bf16")
 import bench
+from transformers import AttentionInterface
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+from tagrpo.train import packed_prefix as PP
 from tagrpo.train.config import load_config
 from tagrpo.train.trainer import Trainer
 from tagrpo.train import update as U
@@ -32,7 +41,12 @@ sets = ["algorithm=grpo", "model=smollm2-135m-instruct", "neighbors=rules", "num
         "questions_per_step=4", "max_new_tokens=64", "temperature=0.6", "top_p=1.0", "beta=0.0", "lr=1e-5",
         "schedule=constant", "warmup_ratio=0.0", "autocast=bf16", "micro_batch_tokens=16384", "generate_batch_size=64",
         "tensorboard=false", "save_final=false", "steps=5", f"output_dir={tempfile.mkdtemp()}", "agg=token-mean", "skip_zero_adv=false"] + extra
-t = Trainer(load_config(None, sets), rows=bench.rows()); t.setup()
+if os.environ.get("CONFIG"):  # another job: CONFIG=configs/demo.yaml (its own data), the same extra settings
+    t = Trainer(load_config(os.environ["CONFIG"], ["steps=5", "save_every=0", "save_final=false", "tensorboard=false",
+                                                   f"output_dir={tempfile.mkdtemp()}"] + extra))
+else:
+    t = Trainer(load_config(None, sets), rows=bench.rows())
+t.setup()
 exp = os.environ.get("EXP", "")
 if "notrim" in exp:
     import tagrpo._malloc as MM
@@ -44,6 +58,8 @@ if "keepgrads" in exp:
     t.learner.release_grads = lambda: None
 if "noleaneng" in exp:
     t.engine.lean = False
+if "packed" in exp:  # the shared prefix as the packed forward also without checkpointing
+    t.learner.packed_prefix = True
 print("EXP", exp)
 for s in range(2):
     m = t.train_step(s); print(s, m["time/step"], m["time/generate"], m["time/train"], flush=True)
@@ -75,6 +91,16 @@ def upd(*a, **k):
     phase[0] = "update"
     t0 = time.perf_counter(); r = ou(*a, **k); acc["update"] += time.perf_counter() - t0; return r
 import tagrpo.train.loop as L; L.ppo_update = upd
+PP.register_kernel()
+from transformers.models.llama import modeling_llama
+for name in ("eager", "sdpa", PP.BLOCKS_KERNEL):  # eager: the model's default, registered here to be timed
+    f = ALL_ATTENTION_FUNCTIONS[name] if name in ALL_ATTENTION_FUNCTIONS._global_mapping else modeling_llama.eager_attention_forward
+    def attn_timed(*a, _f=f, **k):
+        t0 = time.perf_counter(); r = _f(*a, **k)
+        if phase[0] != "gen":  # the update's calls only
+            acc["attn"] += time.perf_counter() - t0
+        return r
+    AttentionInterface.register(name, attn_timed)
 import torch.nn.utils as NU
 oc = NU.clip_grad_norm_
 def cg(*a, **k):

@@ -29,6 +29,7 @@ from tagrpo.train import batch as B
 from tagrpo.train.config import TrainConfig, dump_config
 from tagrpo.train.data import load_families, step_families
 from tagrpo.train.metrics import AnchorGapWatch, MetricsLog, diversity_metrics, rollout_metrics
+from tagrpo.train.packed_prefix import BLOCKS_KERNEL
 from tagrpo.train.rollout import rollout
 from tagrpo.train.update import Learner, ppo_update
 
@@ -103,12 +104,14 @@ class Trainer:
                 policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         # one prompt forward per family, reused through the KV cache; under gradient checkpointing
         # (a cache cannot be checkpointed) and DDP (two forwards before one backward would mark
-        # parameters ready twice) one forward with a block mask instead
+        # parameters ready twice) one forward with a block mask instead, and always with
+        # tagrpo_eager (CPU's default), which computes that forward block by block: the cache's
+        # arithmetic in one forward, faster and leaner than the cache (benchmarks/memory "Session 21")
         self.learner = Learner(model=self.model, optimizer=self.optimizer, scheduler=self.scheduler, device=self.device,
                                pad_id=self.tokenizer.pad_token_id, ref_model=self.ref_model, accelerator=self.acc,
                                autocast=autocast, chunked=chunked,
                                shared_prefix=cfg.shared_prefix,
-                               packed_prefix=cfg.gradient_checkpointing or self.world > 1,
+                               packed_prefix=cfg.gradient_checkpointing or self.world > 1 or self.train_attn == BLOCKS_KERNEL,
                                flat_grads=self._lean_cpu_memory and self.world == 1,
                                trim_heap=self._lean_cpu_memory)
         emb = policy.get_input_embeddings()
