@@ -107,8 +107,9 @@ class TrainConfig:
     warmup_ratio: float = doc("Fraction of steps of linear warm-up.", 0.1)
     max_grad_norm: float = doc("Gradient clipping norm (0 = off).", 1.0)
     shared_prefix: bool = doc("Run each shared prompt (the anchor q0 of a family) once per micro-batch and reuse its KV "
-                              "cache for all its responses, gradients included (under gradient checkpointing or several processes: one "
-                              "block-masked forward a prompt with its responses, eager/SDPA attention).", True)
+                              "cache for all its responses, gradients included (with the tagrpo_eager kernel, CPU's default, under "
+                              "gradient checkpointing or with several processes: one forward a prompt with its responses in blocks, "
+                              "block by block or under a block mask with eager/SDPA attention).", True)
     gradient_checkpointing: bool = doc("Recompute each decoder layer's activations in backward instead of keeping them "
                                        "(transformers' activation checkpointing): activation memory drops from ~1.6 MB to "
                                        "~0.1 MB per token for SmolLM2-135M, the update costs ~1/3 more compute. A KV cache "
