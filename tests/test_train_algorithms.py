@@ -312,6 +312,33 @@ def test_blocks_attention_equals_eager_under_the_dense_block_mask(autocast):
         blocks_attention(module, q, k, v, blocks["mask"], scaling=0.3, sliding_window=4, **{LAYOUT_KWARG: blocks["layout"]})
 
 
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_tagrpo_eager_is_the_models_eager_and_its_packed_prefix_equals_full_rows(family):
+    # ordinary forwards: the model's own eager attention (Qwen3 normalizes q and k first); the
+    # packed prefix block by block: the log-probs of full (prompt + response) rows
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    from tagrpo.train.packed_prefix import register_kernel
+
+    torch.manual_seed(0)
+    kw = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, max_position_embeddings=128)
+    model = (LlamaForCausalLM(LlamaConfig(**kw)) if family == "llama" else Qwen3ForCausalLM(Qwen3Config(head_dim=8, **kw))).eval()
+    ids = torch.randint(1, 64, (2, 9))
+    model.set_attn_implementation("eager")
+    ref = model(ids).logits
+    model.set_attn_implementation(register_kernel())
+    torch.testing.assert_close(model(ids).logits, ref, rtol=0, atol=0)
+    prompts = [[5, 6, 7, 8], [9, 10]]
+    responses = [[11, 12, 13], [14], [15, 16], [17, 18, 19, 20]]
+    per_row = [prompts[g] for g in (0, 0, 1, 1)]
+    packed, mask, _ = L.response_logprobs(model, per_row, responses, pad_id=0, device=torch.device("cpu"),
+                                          shared_prefix=True, packed=True)
+    model.set_attn_implementation("eager")
+    full, _, _ = L.response_logprobs(model, per_row, responses, pad_id=0, device=torch.device("cpu"))
+    torch.testing.assert_close(packed * mask, full * mask, rtol=1e-5, atol=1e-5)
+
+
 def test_shared_prefix_packing_puts_several_prompts_in_one_micro_batch(tmp_path):
     rows = [([1] * 10, [2] * 5, 0.0), ([3] * 8, [2] * 4, 0.0), ([1] * 10, [2] * 3, 0.0), ([3] * 8, [2] * 5, 0.0),
             ([4] * 12, [2] * 20, 0.0)]

@@ -31,6 +31,9 @@ uses the packed forward with and without checkpointing.
 
 from __future__ import annotations
 
+import functools
+import sys
+
 import torch
 
 from tagrpo.rollout.batching import left_pad, round_up, unwrap_model
@@ -186,6 +189,15 @@ def blocks_layout(valid: torch.Tensor, pm: int, tw: int) -> tuple:
     return pm, tw, ~ok_p[:, None, None], ~ok_b[:, None, None, None]
 
 
+@functools.lru_cache(maxsize=None)
+def _eager_of(modeling_module: str):
+    """The eager attention of the model whose attention layer is defined in `modeling_module`
+    (transformers' default for that model), else Llama's."""
+    from transformers.models.llama import modeling_llama
+
+    return getattr(sys.modules.get(modeling_module), "eager_attention_forward", modeling_llama.eager_attention_forward)
+
+
 def blocks_attention(module, query, key, value, attention_mask, scaling=None, dropout: float = 0.0, **kwargs):
     """Transformers' attention-function interface (registered as BLOCKS_KERNEL). Without the
     LAYOUT_KWARG keyword: the model's eager attention. With it (`blocks_layout`): the packed
@@ -197,12 +209,8 @@ def blocks_attention(module, query, key, value, attention_mask, scaling=None, dr
     repeating keys); the prompt's keys and values are copied next to each block's (a (Pm + T')
     key row per block)."""
     layout = kwargs.pop(LAYOUT_KWARG, None)
-    if layout is None:  # the model's own eager attention (its module's, as transformers' default)
-        import sys
-
-        from transformers.models.llama import modeling_llama
-
-        eager = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", modeling_llama.eager_attention_forward)
+    if layout is None:
+        eager = _eager_of(type(module).__module__)
         return eager(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
     pm, tw, not_p, not_b = layout
     k, heads, n, d = query.shape
