@@ -11,8 +11,9 @@ forward 1.2 -> 0.7 s, the peaks by phase, the lean-memory toggles) come from thi
 
 EXP turns lean-memory behaviours off by monkeypatching (for measurement only): notrim (no heap
 trims), nocopyrel (the bf16 rollout copy kept), keepgrads (gradients kept across the rollout),
-noleaneng (the engine keeps its packed projections after prefill); and one turns something on:
-packed (the shared prefix as the packed forward also without gradient checkpointing).
+noleaneng (the engine keeps its packed projections after prefill), cache (the shared prefix
+through the KV cache, as before a5990c3, instead of the packed forward that tagrpo_eager uses
+without gradient checkpointing too).
 CONFIG=configs/demo.yaml runs that config's job (5 steps) instead of the speed benchmark's. The attention function's
 forward calls (forwards and checkpointing's recomputes; not its backward) are timed too, as
 `attn` (session 21: the packed prefix under a dense mask, `attn_implementation=eager`, against
@@ -58,8 +59,8 @@ if "keepgrads" in exp:
     t.learner.release_grads = lambda: None
 if "noleaneng" in exp:
     t.engine.lean = False
-if "packed" in exp:  # the shared prefix as the packed forward also without checkpointing
-    t.learner.packed_prefix = True
+if "cache" in exp:  # the KV-cache shared prefix (the packed forward's alternative without checkpointing)
+    t.learner.packed_prefix = False
 print("EXP", exp)
 for s in range(2):
     m = t.train_step(s); print(s, m["time/step"], m["time/generate"], m["time/train"], flush=True)
