@@ -378,3 +378,34 @@ def test_archived_results_are_restored_into_a_fresh_out_without_running(doc, tmp
     c = tmp_path / "c"
     with pytest.raises(S.StudyError, match="lr: run has 1.0"):
         RUN.main(["--out", str(c), "--arms", "1", "--seeds", "0", "--archive", str(arch)])
+
+
+def test_regime_2_changes_only_the_prompt_and_pilots_every_seed(doc, tmp_path, capsys):
+    """study-v2.yaml (regime 2) is the first study with one change, the prompt template, which both
+    training and the held-out evaluation use; its pilot trains GRPO on every listed seed."""
+    from tagrpo.train.config import load_config
+
+    v2 = S.load_study(E2 / "study-v2.yaml")
+    tpl = v2["train"].pop("prompt_template")
+    assert "The answer is" in tpl and "{question}" in tpl
+    assert v2["train"] == doc["train"] and v2["arms"] == doc["arms"] and v2["eval"] == doc["eval"]
+    assert v2["study"] == doc["study"] and v2["compare"] == doc["compare"]
+    assert S.pilot_seeds(v2) == [0, 1, 2] and S.pilot_seeds(doc) == [doc["pilot"]["seed"]]
+    out = tmp_path / "out"
+    assert RUN.main(["--study", str(E2 / "study-v2.yaml"), "--out", str(out), "--dry-run", "--pilot"]) == 0
+    text = capsys.readouterr().out
+    (cand,) = [c["name"] for c in v2["pilot"]["candidates"]]
+    trains = [ln for ln in text.splitlines() if " train --config" in ln]
+    assert [ln.split("seed=")[1].split()[0] for ln in trains] == ["0", "1", "2"]
+    assert all(f"{out}/pilot/{cand}/runs/a1-grpo-s" in ln for ln in trains)
+    (ev,) = [ln for ln in text.splitlines() if " eval --model" in ln]
+    assert "--template '" + tpl + "'" in ev
+    assert RUN.main(["--study", str(E2 / "study-v2.yaml"), "--out", str(out), "--dry-run", "--pilot", "--seeds", "2"]) == 0
+    trains = [ln for ln in capsys.readouterr().out.splitlines() if " train --config" in ln]
+    assert len(trains) == 1 and "seed=2" in trains[0]
+    layout = S.Layout(tmp_path)
+    layout.train_yaml.write_text(yaml.safe_dump(S.load_study(E2 / "study-v2.yaml")["train"]))
+    (job,) = S.jobs(v2, [1], [0])
+    cfg = load_config(layout.train_yaml, [f"{k}={S.fmt_value(v)}" for k, v in S.run_settings(v2, job, layout).items()
+                                          if k in ("output_dir", "seed", "train_data")])
+    assert cfg.prompt_template == tpl  # the trainer samples with the new prompt

@@ -292,7 +292,7 @@ def run_study(doc: dict, layout: S.Layout, run, arm_ids, seeds, *, evaluate: boo
     return True
 
 
-def run_pilot(doc: dict, layout: S.Layout, run, names, arm_ids, keep_checkpoints: bool) -> bool:
+def run_pilot(doc: dict, layout: S.Layout, run, names, arm_ids, keep_checkpoints: bool, seeds=None) -> bool:
     p = doc["pilot"]
     unknown = set(names) - {c["name"] for c in p["candidates"]}
     if unknown:
@@ -306,7 +306,7 @@ def run_pilot(doc: dict, layout: S.Layout, run, names, arm_ids, keep_checkpoints
         if not eval_job(cdoc, "base-train", cdoc["train"]["model"], [run.layout.data("Q")], run.layout, run, samples=n,
                         ks=sorted({1, min(4, n), n})):
             return False
-        for job in S.jobs(cdoc, arm_ids or p["arms"], [p["seed"]]):
+        for job in S.jobs(cdoc, arm_ids or p["arms"], seeds or S.pilot_seeds(doc)):
             if run.stop or not train_job(cdoc, job, run.layout, run):
                 return False
             if not keep_checkpoints and not run.dry:
@@ -320,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("runs/evidence2"))
     ap.add_argument("--study", type=Path, default=S.STUDY_FILE, help="study file (default: study.yaml here)")
     ap.add_argument("--arms", default="", help="comma-separated arm ids (default: all; with --pilot: pilot.arms)")
-    ap.add_argument("--seeds", default="", help="comma-separated seeds (default: study.seeds)")
+    ap.add_argument("--seeds", default="", help="comma-separated seeds (default: study.seeds; with --pilot: pilot.seeds)")
     ap.add_argument("--pilot", action="store_true", help="run the pilot candidates instead of the study")
     ap.add_argument("--candidates", default="", help="with --pilot: comma-separated candidate names (default: all)")
     ap.add_argument("--no-eval", action="store_true", help="train only (no held-out sets, no pass@k)")
@@ -332,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     doc = S.load_study(args.study)
     arm_ids = [int(x) for x in args.arms.split(",") if x.strip()] or None
     seeds = [int(x) for x in args.seeds.split(",") if x.strip()] or None
-    if seeds and not set(seeds) <= set(doc["study"]["seeds"]):
+    if seeds and not args.pilot and not set(seeds) <= set(doc["study"]["seeds"]):
         ap.error(f"--seeds {seeds}: add them to study.seeds first (eval sets and pairing are planned for those)")
     layout = S.Layout(args.out.resolve())
     run = Runner(layout, args.dry_run)
@@ -340,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.pilot:
             names = [x for x in args.candidates.split(",") if x.strip()]
-            ok = run_pilot(doc, layout, run, names, arm_ids, args.keep_checkpoints)
+            ok = run_pilot(doc, layout, run, names, arm_ids, args.keep_checkpoints, seeds)
         else:
             ok = run_study(doc, layout, run, arm_ids, seeds, evaluate=not args.no_eval, keep_checkpoints=args.keep_checkpoints,
                            archive=args.archive.resolve() if args.archive else None)

@@ -116,6 +116,12 @@ def pilot_study(doc: dict, candidate: dict) -> dict:
     return out
 
 
+def pilot_seeds(doc: dict) -> list[int]:
+    """The seeds a pilot trains: `pilot.seeds` (a list), else the one `pilot.seed`."""
+    p = doc["pilot"]
+    return [int(s) for s in p["seeds"]] if "seeds" in p else [int(p["seed"])]
+
+
 def jobs(doc: dict, arm_ids=None, seeds=None) -> list[Job]:
     """Seed-major order: every arm of seed 0, then of seed 1, ... (paired results come early)."""
     by_id = {a.id: a for a in arms(doc)}
