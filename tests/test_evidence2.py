@@ -394,13 +394,14 @@ def test_regime_2_changes_only_the_prompt_and_pilots_every_seed(doc, tmp_path, c
     out = tmp_path / "out"
     assert RUN.main(["--study", str(E2 / "study-v2.yaml"), "--out", str(out), "--dry-run", "--pilot"]) == 0
     text = capsys.readouterr().out
-    (cand,) = [c["name"] for c in v2["pilot"]["candidates"]]
+    cands = [c["name"] for c in v2["pilot"]["candidates"]]
     trains = [ln for ln in text.splitlines() if " train --config" in ln]
-    assert [ln.split("seed=")[1].split()[0] for ln in trains] == ["0", "1", "2"]
-    assert all(f"{out}/pilot/{cand}/runs/a1-grpo-s" in ln for ln in trains)
-    (ev,) = [ln for ln in text.splitlines() if " eval --model" in ln]
-    assert "--template '" + tpl + "'" in ev
-    assert RUN.main(["--study", str(E2 / "study-v2.yaml"), "--out", str(out), "--dry-run", "--pilot", "--seeds", "2"]) == 0
+    assert [ln.split("seed=")[1].split()[0] for ln in trains] == ["0", "1", "2"] * len(cands)
+    assert all(f"{out}/pilot/{c}/runs/a1-grpo-s" in ln for c, ln in zip(sorted(cands * 3, key=cands.index), trains))
+    evals = [ln for ln in text.splitlines() if " eval --model" in ln]
+    assert len(evals) == len(cands) and all("--template '" + tpl + "'" in ln for ln in evals)
+    assert RUN.main(["--study", str(E2 / "study-v2.yaml"), "--out", str(out), "--dry-run", "--pilot", "--seeds", "2",
+                     "--candidates", cands[0]]) == 0
     trains = [ln for ln in capsys.readouterr().out.splitlines() if " train --config" in ln]
     assert len(trains) == 1 and "seed=2" in trains[0]
     layout = S.Layout(tmp_path)
