@@ -410,3 +410,38 @@ def test_regime_2_changes_only_the_prompt_and_pilots_every_seed(doc, tmp_path, c
     cfg = load_config(layout.train_yaml, [f"{k}={S.fmt_value(v)}" for k, v in S.run_settings(v2, job, layout).items()
                                           if k in ("output_dir", "seed", "train_data")])
     assert cfg.prompt_template == tpl  # the trainer samples with the new prompt
+
+
+def test_pilot_archive_keeps_every_seed_and_summarize_reads_it(tmp_path, monkeypatch):
+    """`run.py --pilot --archive A` copies each pilot run's metrics/config and the base eval to
+    A/pilot/CANDIDATE/, and `summarize.py --pilot --out A` makes the table from them (a fresh clone
+    has only the archive)."""
+    v2 = S.load_study(E2 / "study-v2.yaml")
+    cand = v2["pilot"]["candidates"][0]
+    cdoc = S.pilot_study(v2, cand)
+    out, arch = tmp_path / "out", tmp_path / "arch"
+    layout = S.Layout((out / "pilot" / cand["name"]).resolve())
+    steps = cdoc["train"]["steps"]
+    for job in S.jobs(cdoc, [1], S.pilot_seeds(v2)):
+        rdir = layout.run_dir(job)
+        _fake_run(cdoc, layout, job, steps=0, final=True)
+        ac = 0.9 if job.seed != 2 else 0.0  # seed 2 never all-correct
+        (rdir / "metrics.jsonl").write_text("".join(json.dumps({"step": t, "uniform/q0_all_correct": ac, "uniform/q0_all_wrong": 0.0,
+                                                                "reward/q0_mean": ac, "time/step": 1.0}) + "\n"
+                                                    for t in range(1, steps + 1)))
+    layout.eval_out("base-train").parent.mkdir(parents=True)
+    base = {"models": [{"name": "m", "benchmarks": {"train-Q": {"n_samples": 8, "pass@k": {"1": 0.05}, "questions": [
+        {"id": "e2-d1-s0-0", "n_correct": 1, "samples": [{}] * 8}]}}}]}
+    layout.eval_out("base-train").write_text(json.dumps(base))
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: pytest.fail(f"a job was started: {a}"))
+    args = ["--study", str(E2 / "study-v2.yaml"), "--pilot", "--candidates", cand["name"], "--archive", str(arch)]
+    assert RUN.main(["--out", str(out), *args]) == 0
+    kept = arch / "pilot" / cand["name"]
+    assert sorted(p.name for p in (kept / "runs").iterdir()) == ["a1-grpo-s0", "a1-grpo-s1", "a1-grpo-s2"]
+    assert (kept / "eval" / "base-train.json").is_file() and not (kept / "runs" / "a1-grpo-s0" / "final").exists()
+    dest = tmp_path / "dest"
+    assert SUM.main(["--study", str(E2 / "study-v2.yaml"), "--out", str(arch), "--dest", str(dest), "--pilot"]) == 0
+    rows = [ln for ln in (dest / "pilot.md").read_text().splitlines() if ln.startswith(f"| {cand['name']} ")]
+    assert [r.split(" | ")[5] for r in rows] == ["a1-grpo-s0", "a1-grpo-s1", "a1-grpo-s2"]
+    assert [r.split(" | ")[6] for r in rows] == ["0.900", "0.900", "0.000"] and rows[2].endswith("| no |")
+    assert "lr 3e-05" in rows[0] and f"{steps}/{steps}" in rows[0]

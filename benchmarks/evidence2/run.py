@@ -292,7 +292,11 @@ def run_study(doc: dict, layout: S.Layout, run, arm_ids, seeds, *, evaluate: boo
     return True
 
 
-def run_pilot(doc: dict, layout: S.Layout, run, names, arm_ids, keep_checkpoints: bool, seeds=None) -> bool:
+def run_pilot(doc: dict, layout: S.Layout, run, names, arm_ids, keep_checkpoints: bool, seeds=None,
+              archive: Path | None = None) -> bool:
+    """Each candidate: the base model on its training questions, then GRPO on every pilot seed. With
+    `archive`, each finished job's small results go to archive/pilot/CANDIDATE/ (`summarize.py --pilot
+    --out archive` reads them there)."""
     p = doc["pilot"]
     unknown = set(names) - {c["name"] for c in p["candidates"]}
     if unknown:
@@ -306,11 +310,16 @@ def run_pilot(doc: dict, layout: S.Layout, run, names, arm_ids, keep_checkpoints
         if not eval_job(cdoc, "base-train", cdoc["train"]["model"], [run.layout.data("Q")], run.layout, run, samples=n,
                         ks=sorted({1, min(4, n), n})):
             return False
+        keep = archive / "pilot" / cand["name"] if archive is not None and not run.dry else None
+        if keep is not None:
+            archive_result(run.layout, keep, "base-train", None)
         for job in S.jobs(cdoc, arm_ids or p["arms"], seeds or S.pilot_seeds(doc)):
             if run.stop or not train_job(cdoc, job, run.layout, run):
                 return False
             if not keep_checkpoints and not run.dry:
                 shutil.rmtree(run.layout.run_dir(job) / "checkpoints", ignore_errors=True)
+            if keep is not None:
+                archive_result(run.layout, keep, job.name, run.layout.run_dir(job))
     run.layout = layout
     return True
 
@@ -340,7 +349,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.pilot:
             names = [x for x in args.candidates.split(",") if x.strip()]
-            ok = run_pilot(doc, layout, run, names, arm_ids, args.keep_checkpoints, seeds)
+            ok = run_pilot(doc, layout, run, names, arm_ids, args.keep_checkpoints, seeds,
+                           archive=args.archive.resolve() if args.archive else None)
         else:
             ok = run_study(doc, layout, run, arm_ids, seeds, evaluate=not args.no_eval, keep_checkpoints=args.keep_checkpoints,
                            archive=args.archive.resolve() if args.archive else None)

@@ -233,7 +233,7 @@ def write_report(doc: dict, layout: S.Layout, dest: Path, seeds: list[int]) -> N
 
 def pilot_lines(doc: dict, layout: S.Layout) -> list[str]:
     v = doc["study"]["validity"]
-    head = ["candidate", "mix", "lr", "steps", "base train pass@1 (per difficulty)", "run", "late q0 all-correct",
+    head = ["candidate", "mix", "settings", "steps", "base train pass@1 (per difficulty)", "run", "late q0 all-correct",
             "late q0 all-wrong", "late reward q0", "train s", f"valid (> {v['min']})"]
     lines = ["# Evidence 2: pilot", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for cand in doc["pilot"]["candidates"]:
@@ -250,7 +250,8 @@ def pilot_lines(doc: dict, layout: S.Layout) -> list[str]:
             t = train_summary(read_metrics(clay.run_dir(job)), doc["study"]["late_fraction"])
             ok = "–" if not t or t["late_q0_all_correct"] is None else ("yes" if t["late_q0_all_correct"] > v["min"] else "no")
             vals = [cell([t[k]]) if t else "–" for k in ("late_q0_all_correct", "late_q0_all_wrong", "late_reward_q0")]
-            lines.append(f"| {cand['name']} | {cdoc['study']['difficulty_mix']} | {cdoc['train'].get('lr')} | "
+            sets = ", ".join(f"{k} {v}" for k, v in (cand.get("set") or {}).items()) or "–"
+            lines.append(f"| {cand['name']} | {cdoc['study']['difficulty_mix']} | {sets} | "
                          f"{t['steps'] if t else 0}/{cdoc['train']['steps']} | {bcell} | {job.name} | " + " | ".join(vals)
                          + f" | {cell([t['train_s']], 0) if t else '–'} | {ok} |")
     return lines + ["", f"valid: arm {v['arm']}'s late {v['metric']} > {v['min']} (the study's condition)", ""]
