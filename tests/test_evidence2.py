@@ -8,6 +8,7 @@ import copy
 import importlib.util
 import json
 import math
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -381,14 +382,19 @@ def test_archived_results_are_restored_into_a_fresh_out_without_running(doc, tmp
 
 
 def test_regime_2_changes_only_the_prompt_and_pilots_every_seed(doc, tmp_path, capsys):
-    """study-v2.yaml (regime 2) is the first study with one change, the prompt template, which both
-    training and the held-out evaluation use; its pilot trains GRPO on every listed seed."""
+    """study-v2.yaml (regime 2) is the first study with two changes, the prompt template (which both
+    training and the held-out evaluation use) and the warm-up; its pilot trains GRPO on every listed
+    seed; the prompt's worked example is no problem the generator can make."""
+    from tagrpo.data.arith import ITEMS, NAMES
     from tagrpo.train.config import load_config
 
     v2 = S.load_study(E2 / "study-v2.yaml")
     tpl = v2["train"].pop("prompt_template")
-    assert "The answer is" in tpl and "{question}" in tpl
-    assert v2["train"] == doc["train"] and v2["arms"] == doc["arms"] and v2["eval"] == doc["eval"]
+    assert "The answer is" in tpl and tpl.count("{question}") == 1
+    assert "Kai" not in NAMES and "pens" not in ITEMS and "Kai has 12 pens" in tpl
+    assert (v2["train"].pop("warmup_ratio"), doc["train"].get("warmup_ratio")) == (0.1, 0.0)
+    assert v2["train"] == {k: v for k, v in doc["train"].items() if k != "warmup_ratio"}
+    assert v2["arms"] == doc["arms"] and v2["eval"] == doc["eval"]
     assert v2["study"] == doc["study"] and v2["compare"] == doc["compare"]
     assert S.pilot_seeds(v2) == [0, 1, 2] and S.pilot_seeds(doc) == [doc["pilot"]["seed"]]
     out = tmp_path / "out"
@@ -399,7 +405,10 @@ def test_regime_2_changes_only_the_prompt_and_pilots_every_seed(doc, tmp_path, c
     assert [ln.split("seed=")[1].split()[0] for ln in trains] == ["0", "1", "2"] * len(cands)
     assert all(f"{out}/pilot/{c}/runs/a1-grpo-s" in ln for c, ln in zip(sorted(cands * 3, key=cands.index), trains))
     evals = [ln for ln in text.splitlines() if " eval --model" in ln]
-    assert len(evals) == len(cands) and all("--template '" + tpl + "'" in ln for ln in evals)
+    tpls = [S.pilot_study(v2, c)["train"]["prompt_template"] for c in v2["pilot"]["candidates"]]
+    assert tpls[-1] == tpl and "Example" not in tpls[0]  # each candidate's own prompt (the last one chosen)
+    # (a prompt with newlines spans lines of the printed command: compare its first line)
+    assert len(evals) == len(cands) and all(f"--template {shlex.quote(t)}".split("\n")[0] in ln for t, ln in zip(tpls, evals))
     assert RUN.main(["--study", str(E2 / "study-v2.yaml"), "--out", str(out), "--dry-run", "--pilot", "--seeds", "2",
                      "--candidates", cands[0]]) == 0
     trains = [ln for ln in capsys.readouterr().out.splitlines() if " train --config" in ln]
@@ -407,9 +416,11 @@ def test_regime_2_changes_only_the_prompt_and_pilots_every_seed(doc, tmp_path, c
     layout = S.Layout(tmp_path)
     layout.train_yaml.write_text(yaml.safe_dump(S.load_study(E2 / "study-v2.yaml")["train"]))
     (job,) = S.jobs(v2, [1], [0])
+    v2 = S.load_study(E2 / "study-v2.yaml")
     cfg = load_config(layout.train_yaml, [f"{k}={S.fmt_value(v)}" for k, v in S.run_settings(v2, job, layout).items()
                                           if k in ("output_dir", "seed", "train_data")])
-    assert cfg.prompt_template == tpl  # the trainer samples with the new prompt
+    assert cfg.prompt_template == tpl and cfg.warmup_ratio == 0.1  # the trainer samples with the new prompt
+    assert cfg.prompt_template.replace("{question}", "Q?").startswith("Example: Kai has 12 pens.")
 
 
 def test_pilot_archive_keeps_every_seed_and_summarize_reads_it(tmp_path, monkeypatch):
