@@ -381,7 +381,7 @@ def test_archived_results_are_restored_into_a_fresh_out_without_running(doc, tmp
         RUN.main(["--out", str(c), "--arms", "1", "--seeds", "0", "--archive", str(arch)])
 
 
-def test_regime_2_changes_only_the_prompt_and_pilots_every_seed(doc, tmp_path, capsys):
+def test_regime_2_changes_the_prompt_and_warmup_and_pilots_every_seed(doc, tmp_path, capsys):
     """study-v2.yaml (regime 2) is the first study with two changes, the prompt template (which both
     training and the held-out evaluation use) and the warm-up; its pilot trains GRPO on every listed
     seed; the prompt's worked example is no problem the generator can make."""
