@@ -246,11 +246,11 @@ def pilot_lines(doc: dict, layout: S.Layout) -> list[str]:
             for qid, c in zip(b["ids"], b["correct"]):
                 per.setdefault(str(qid).split("-")[1], []).append(c / b["n"])
             bcell = f"{b['pass@k']['1']:.3f} (" + ", ".join(f"{d} {statistics.mean(x):.3f}" for d, x in sorted(per.items())) + ")"
+        sets = ", ".join(f"{k} {json.dumps(x) if isinstance(x, str) else x}" for k, x in (cand.get("set") or {}).items()) or "–"
         for job in S.jobs(cdoc, doc["pilot"]["arms"], S.pilot_seeds(doc)):
             t = train_summary(read_metrics(clay.run_dir(job)), doc["study"]["late_fraction"])
             ok = "–" if not t or t["late_q0_all_correct"] is None else ("yes" if t["late_q0_all_correct"] > v["min"] else "no")
             vals = [cell([t[k]]) if t else "–" for k in ("late_q0_all_correct", "late_q0_all_wrong", "late_reward_q0")]
-            sets = ", ".join(f"{k} {json.dumps(v) if isinstance(v, str) else v}" for k, v in (cand.get("set") or {}).items()) or "–"
             lines.append(f"| {cand['name']} | {cdoc['study']['difficulty_mix']} | {sets} | "
                          f"{t['steps'] if t else 0}/{cdoc['train']['steps']} | {bcell} | {job.name} | " + " | ".join(vals)
                          + f" | {cell([t['train_s']], 0) if t else '–'} | {ok} |")
