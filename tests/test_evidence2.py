@@ -414,9 +414,9 @@ def test_regime_2_changes_the_prompt_and_warmup_and_pilots_every_seed(doc, tmp_p
     trains = [ln for ln in capsys.readouterr().out.splitlines() if " train --config" in ln]
     assert len(trains) == 1 and "seed=2" in trains[0]
     layout = S.Layout(tmp_path)
-    layout.train_yaml.write_text(yaml.safe_dump(S.load_study(E2 / "study-v2.yaml")["train"]))
+    v2 = S.load_study(E2 / "study-v2.yaml")  # unpopped: the train section as the driver writes it
+    layout.train_yaml.write_text(yaml.safe_dump(v2["train"]))
     (job,) = S.jobs(v2, [1], [0])
-    v2 = S.load_study(E2 / "study-v2.yaml")
     cfg = load_config(layout.train_yaml, [f"{k}={S.fmt_value(v)}" for k, v in S.run_settings(v2, job, layout).items()
                                           if k in ("output_dir", "seed", "train_data")])
     assert cfg.prompt_template == tpl and cfg.warmup_ratio == 0.1  # the trainer samples with the new prompt
