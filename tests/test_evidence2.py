@@ -298,6 +298,15 @@ def test_summarize_on_synthetic_runs(doc, tmp_path):
                           capture_output=True, text=True)
     assert into.returncode == 0, into.stderr
     assert doc_md.read_text() == f"# R\n\nbefore\n<!-- brief.py: the command -->\n{b.rstrip(chr(10))}\n<!-- /brief.py -->\nafter\n"
+    two = "<!-- brief.py: first -->\nold 1\n<!-- /brief.py -->\n<!-- brief.py regime-2: second -->\nold 2\n<!-- /brief.py regime-2 -->\n"
+    doc_md.write_text(two)  # --block: two studies' tables in one file, each replaced on its own
+    named = subprocess.run([sys.executable, str(E2 / "brief.py"), str(dest / "summary.json"), "--into", str(doc_md),
+                            "--block", "regime-2"], capture_output=True, text=True)
+    assert named.returncode == 0, named.stderr
+    assert doc_md.read_text() == two.replace("old 2", b.rstrip(chr(10)))
+    assert subprocess.run([sys.executable, str(E2 / "brief.py"), str(dest / "summary.json"), "--into", str(doc_md)],
+                          capture_output=True, text=True).returncode == 0
+    assert doc_md.read_text() == two.replace("old 1", b.rstrip(chr(10))).replace("old 2", b.rstrip(chr(10)))
     doc_md.write_text("no markers\n")
     bad = subprocess.run([sys.executable, str(E2 / "brief.py"), str(dest / "summary.json"), "--into", str(doc_md)],
                          capture_output=True, text=True)

@@ -4,8 +4,10 @@
     python benchmarks/evidence2/brief.py DIR/summary.json > DIR/brief.md
     python benchmarks/evidence2/brief.py DIR/summary.json --into benchmarks/RESULTS.md   # in place
 
-`--into FILE` replaces what lies between the lines `<!-- brief.py...-->` and `<!-- /brief.py -->`
-in FILE (the marker lines stay) and leaves the rest of the file as it was.
+`--into FILE` replaces what lies between the lines `<!-- brief.py:...-->` and `<!-- /brief.py -->`
+in FILE (the marker lines stay) and leaves the rest of the file as it was. `--block NAME` picks the
+block marked `<!-- brief.py NAME:...-->` ... `<!-- /brief.py NAME -->` instead, so that one file can
+hold the tables of several studies (RESULTS.md: the first study and regime 2).
 
 Three tables, each value per seed so that the spread between seeds shows: held-out pass@1 /
 pass@16 per arm and set; the late-training regime and budget per arm; the key paired differences
@@ -90,16 +92,19 @@ def diff_table(summary: dict) -> list[str]:
     return lines
 
 
-OPEN, CLOSE = "<!-- brief.py", "<!-- /brief.py -->"
+def markers(name: str | None = None) -> tuple[str, str]:
+    """The opening line's prefix and the closing line of the block called `name` (None: the unnamed one)."""
+    return (f"<!-- brief.py {name}:", f"<!-- /brief.py {name} -->") if name else ("<!-- brief.py:", "<!-- /brief.py -->")
 
 
-def replace_block(text: str, block: str, where: str = "the file") -> str:
-    """`text` with the lines between the OPEN... and CLOSE marker lines replaced by `block`."""
+def replace_block(text: str, block: str, where: str = "the file", name: str | None = None) -> str:
+    """`text` with the lines between the block's opening and closing marker lines replaced by `block`."""
+    opening, closing = markers(name)
     lines = text.split("\n")
-    opens = [i for i, ln in enumerate(lines) if ln.startswith(OPEN)]
-    closes = [i for i, ln in enumerate(lines) if ln.strip() == CLOSE]
+    opens = [i for i, ln in enumerate(lines) if ln.startswith(opening)]
+    closes = [i for i, ln in enumerate(lines) if ln.strip() == closing]
     if len(opens) != 1 or len(closes) != 1 or closes[0] < opens[0]:
-        raise SystemExit(f"{where}: needs exactly one '{OPEN} ... -->' line followed by one '{CLOSE}' line "
+        raise SystemExit(f"{where}: needs exactly one '{opening} ... -->' line followed by one '{closing}' line "
                          f"(found {len(opens)} and {len(closes)})")
     return "\n".join([*lines[: opens[0] + 1], block, *lines[closes[0]:]])
 
@@ -108,6 +113,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("summary", type=Path, help="summary.json written by summarize.py")
     ap.add_argument("--into", type=Path, help="a Markdown file whose marked block to replace (see above)")
+    ap.add_argument("--block", metavar="NAME", help="with --into: the block marked '<!-- brief.py NAME: ... -->'")
     args = ap.parse_args(argv)
     s = json.loads(args.summary.read_text())
     out = ["Held-out pass@1 / pass@16 (40 questions a set, n = 16; mean, then each seed):", "", *passk_table(s), "",
@@ -116,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.into is None:
         print("\n".join(out))
         return
-    new = replace_block(args.into.read_text(), "\n".join(out), str(args.into))
+    new = replace_block(args.into.read_text(), "\n".join(out), str(args.into), args.block)
     tmp = args.into.with_name(args.into.name + ".tmp")
     tmp.write_text(new)
     tmp.replace(args.into)
