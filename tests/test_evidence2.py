@@ -435,6 +435,22 @@ def test_regime_2_changes_the_prompt_and_warmup_and_pilots_every_seed(doc, tmp_p
     assert cfg.prompt_template.replace("{question}", "Q?").startswith("Example: Kai has 12 pens.")
 
 
+def test_report_writes_the_figures_results_md_links(doc, tmp_path, capsys):
+    """summarize's report step runs `tagrpo report` per seed and copies its uniform-fraction and diversity
+    plots to DEST/figures/<plot>-s<seed>.png (the files RESULTS.md links), the full report kept apart."""
+    layout, dest, rep = S.Layout(tmp_path / "out"), tmp_path / "dest", tmp_path / "rep"
+    for job in S.jobs(doc, [1, 4], [0]):
+        (rdir := layout.run_dir(job)).mkdir(parents=True)
+        rows = [{"step": t, "uniform/q0": 0.1 * t, "uniform/q0_all_correct": 0.1 * t, "uniform/q0_all_wrong": 0.0,
+                 "reward/mean": 0.5, "diversity/mean_pairwise_distance": 0.3 - 0.02 * t} for t in range(1, 6)]
+        (rdir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    SUM.write_report(doc, layout, dest, [0, 1], rep)
+    assert sorted(p.name for p in (dest / "figures").iterdir()) == ["diversity-s0.png", "uniform-s0.png"]
+    assert (dest / "figures" / "uniform-s0.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (rep / "report-s0" / "index.html").exists() and not (dest / "report-s0").exists()
+    assert "no run of seed 1 has metrics yet" in capsys.readouterr().err
+
+
 def test_pilot_archive_keeps_every_seed_and_summarize_reads_it(tmp_path, monkeypatch):
     """`run.py --pilot --archive A` copies each pilot run's metrics/config and the base eval to
     A/pilot/CANDIDATE/, and `summarize.py --pilot --out A` makes the table from them (a fresh clone

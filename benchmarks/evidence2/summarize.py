@@ -6,14 +6,16 @@
 Writes DEST/summary.md (validity of the regime, arms x metrics, held-out pass@k, the key paired
 differences with 95% intervals and a resolved / not resolved label), DEST/summary.json (the same
 numbers plus each model's correct counts per held-out question: small enough to commit, enough
-to redo the statistics) and DEST/report-s<seed>/ (`tagrpo report` plots: uniform fraction,
-diversity, reward, entropy). With --pilot: DEST/pilot.md, one row per candidate.
+to redo the statistics), REPORT_DIR/report-s<seed>/ (`tagrpo report`: uniform fraction,
+diversity, reward, entropy; REPORT_DIR defaults to DEST) and DEST/figures/{uniform,diversity}-s<seed>.png
+(the two plots RESULTS.md shows). With --pilot: DEST/pilot.md, one row per candidate.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -222,13 +224,26 @@ def render(doc: dict, data: dict, diffs: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def write_report(doc: dict, layout: S.Layout, dest: Path, seeds: list[int]) -> None:
-    exe = S.tagrpo_exe()
+FIGURES = ("uniform", "diversity")  # the plots RESULTS.md shows, per seed
+
+
+def write_report(doc: dict, layout: S.Layout, dest: Path, seeds: list[int], report_dir: Path | None = None) -> None:
+    """`tagrpo report` on every run of each seed into REPORT_DIR/report-s<seed>/ (default DEST), and its
+    uniform-fraction and diversity plots copied to DEST/figures/<plot>-s<seed>.png, the files RESULTS.md links."""
+    exe, report_dir = S.tagrpo_exe(), report_dir or dest
     for seed in seeds:
         dirs = [str(layout.run_dir(j)) for j in S.jobs(doc, seeds=[seed]) if (layout.run_dir(j) / "metrics.jsonl").exists()]
-        if dirs:
-            subprocess.run([exe, "report", *dirs, "-o", str(dest / f"report-s{seed}"),
-                            "--title", f"Evidence 2, seed {seed}"], check=True)
+        if not dirs:
+            print(f"no run of seed {seed} has metrics yet: no plots for it", file=sys.stderr)
+            continue
+        rep = report_dir / f"report-s{seed}"
+        subprocess.run([exe, "report", *dirs, "-o", str(rep), "--title", f"Evidence 2, seed {seed}"], check=True)
+        (dest / "figures").mkdir(parents=True, exist_ok=True)
+        for name in FIGURES:
+            if (png := rep / f"{name}.png").exists():  # `tagrpo report` draws only the figures that have data
+                shutil.copyfile(png, dest / "figures" / f"{name}-s{seed}.png")
+            else:
+                print(f"seed {seed}: no {name} data, so no figures/{name}-s{seed}.png", file=sys.stderr)
 
 
 def pilot_lines(doc: dict, layout: S.Layout) -> list[str]:
@@ -264,6 +279,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--study", type=Path, default=S.STUDY_FILE)
     ap.add_argument("--pilot", action="store_true", help="summarize the pilot candidates (DEST/pilot.md)")
     ap.add_argument("--report-seeds", default="", help="seeds to plot with tagrpo report (default: the first study seed)")
+    ap.add_argument("--report-dir", type=Path, default=None,
+                    help="where the full `tagrpo report` of each seed goes (default: DEST); its uniform and diversity plots "
+                         "are always copied to DEST/figures/")
     ap.add_argument("--no-report", action="store_true")
     args = ap.parse_args(argv)
     doc = S.load_study(args.study)
@@ -283,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     print(md)
     if not args.no_report:
         seeds = [int(x) for x in args.report_seeds.split(",") if x.strip()] or doc["study"]["seeds"][:1]
-        write_report(doc, layout, args.dest, seeds)
+        write_report(doc, layout, args.dest, seeds, args.report_dir)
     return 0
 
 
