@@ -405,9 +405,10 @@ def test_regime_2_changes_the_prompt_and_warmup_and_pilots_every_seed(doc, tmp_p
     assert v2["train"] == {k: v for k, v in doc["train"].items() if k != "warmup_ratio"}
     assert v2["arms"] == doc["arms"] and v2["eval"] == doc["eval"]
     assert v2["study"] == doc["study"]
-    # the comparisons too, plus one exploratory pair added in session 25 (matched GRPO minus GRPO)
+    # the comparisons too, plus the exploratory pairs of sessions 25 (matched GRPO minus GRPO) and 26
+    # (TA-GRPO without joint normalization minus matched GRPO)
     pairs = v2["compare"].pop("pairs")
-    assert pairs == doc["compare"]["pairs"] + [[3, 1]] and v2["compare"] == {k: v for k, v in doc["compare"].items() if k != "pairs"}
+    assert pairs == doc["compare"]["pairs"] + [[3, 1], [5, 3]] and v2["compare"] == {k: v for k, v in doc["compare"].items() if k != "pairs"}
     assert S.pilot_seeds(v2) == [0, 1, 2] and S.pilot_seeds(doc) == [doc["pilot"]["seed"]]
     out = tmp_path / "out"
     assert RUN.main(["--study", str(E2 / "study-v2.yaml"), "--out", str(out), "--dry-run", "--pilot"]) == 0
